@@ -1,0 +1,65 @@
+//! `serve`: wires config, sampler thread and HTTP server together, and shuts down cleanly.
+
+use std::sync::mpsc;
+use std::thread;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::sampler::{self, Sampler};
+use crate::{server, source};
+
+/// Runs the exporter until SIGTERM or SIGINT. Errors are start-up failures (port in use).
+pub fn serve(config: Config) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let address = config.listen_address.0;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("cannot listen on {address}: {e}"))?;
+
+        let (publish, published) = watch::channel(None);
+        let (stop, stopped) = mpsc::channel();
+        let sampler = Sampler::new(source::from_config(&config));
+        let interval = config.sample_interval.0;
+        let sampler_thread = thread::Builder::new()
+            .name("sampler".into())
+            .spawn(move || sampler::run(sampler, interval, publish, stopped))
+            .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
+
+        tracing::info!(%address, interval_seconds = interval.as_secs_f64(), "listening");
+        axum::serve(listener, server::router(published))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| format!("server error: {e}"))?;
+
+        // The sampler may be inside a blocking read; it sees the stop at its next wait, and
+        // the process exit does not wait for it.
+        let _ = stop.send(());
+        drop(sampler_thread);
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        _ = terminate => tracing::info!("SIGTERM received, shutting down"),
+    }
+}

@@ -1,0 +1,833 @@
+//! Snapshot → exposition bytes. The only place metric names, HELP texts and units appear.
+//!
+//! Both text formats are rendered once per tick from one list of families, so a scrape only
+//! copies bytes out. The one figure that depends on the scrape's own time, the sample age, is
+//! appended at scrape time: a stuck sampler then shows as a growing age, not a frozen page.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot, SourceOutcome};
+
+/// How a metric family behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricType {
+    /// Monotonic; samples carry the `_total` suffix.
+    Counter,
+    /// Any value.
+    Gauge,
+    /// Identity, valued 1; samples carry the `_info` suffix.
+    Info,
+}
+
+/// The fixed description of one metric family.
+#[derive(Debug)]
+pub struct MetricDef {
+    /// Family name without the `_total` / `_info` suffix.
+    pub name: &'static str,
+    /// Counter, gauge or info.
+    pub kind: MetricType,
+    /// Base unit the name ends with (`seconds`, `bytes`, `ratio`), for OpenMetrics' UNIT line.
+    pub unit: Option<&'static str>,
+    /// One-line help text.
+    pub help: &'static str,
+    /// Label names, in the order values are given.
+    pub labels: &'static [&'static str],
+}
+
+impl MetricDef {
+    /// The name samples are exposed under (`_total` for counters, `_info` for info metrics).
+    pub fn sample_name(&self) -> String {
+        match self.kind {
+            MetricType::Counter => format!("{}_total", self.name),
+            MetricType::Info => format!("{}_info", self.name),
+            MetricType::Gauge => self.name.to_string(),
+        }
+    }
+}
+
+/// Exposition format chosen by content negotiation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus classic text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The Content-Type header of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// One family with its samples: label values in the order of `def.labels`, and the value.
+#[derive(Debug)]
+struct Family {
+    def: &'static MetricDef,
+    samples: Vec<(Vec<String>, f64)>,
+}
+
+impl Family {
+    fn new(def: &'static MetricDef) -> Self {
+        Family {
+            def,
+            samples: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: &[&str], value: f64) {
+        debug_assert_eq!(labels.len(), self.def.labels.len(), "{}", self.def.name);
+        self.samples
+            .push((labels.iter().map(|l| l.to_string()).collect(), value));
+    }
+
+    fn single(def: &'static MetricDef, value: f64) -> Self {
+        let mut family = Family::new(def);
+        family.add(&[], value);
+        family
+    }
+}
+
+/// A published exposition: both formats, without the scrape-time sample age and `# EOF`.
+#[derive(Debug)]
+pub struct Exposition {
+    /// Classic text body.
+    pub text: Vec<u8>,
+    /// OpenMetrics body.
+    pub openmetrics: Vec<u8>,
+    /// When the snapshot behind it was taken.
+    pub sampled_at: Instant,
+}
+
+impl Exposition {
+    /// The full response body at time `now`: the pre-rendered bytes plus the sample age
+    /// (and OpenMetrics' closing `# EOF`).
+    pub fn body(&self, format: Format, now: Instant) -> Vec<u8> {
+        let base = match format {
+            Format::Text => &self.text,
+            Format::OpenMetrics => &self.openmetrics,
+        };
+        let age = now.saturating_duration_since(self.sampled_at).as_secs_f64();
+        let tail = encode(&[Family::single(&SAMPLE_AGE, age)], format);
+        let mut body = Vec::with_capacity(base.len() + tail.len() + 8);
+        body.extend_from_slice(base);
+        body.extend_from_slice(tail.as_bytes());
+        if format == Format::OpenMetrics {
+            body.extend_from_slice(b"# EOF\n");
+        }
+        body
+    }
+}
+
+/// Renders a snapshot in both formats. `tick_seconds` is how long taking it lasted.
+pub fn render(snapshot: &Snapshot, tick_seconds: f64, sampled_at: Instant) -> Exposition {
+    let families = families(snapshot, tick_seconds);
+    Exposition {
+        text: encode(&families, Format::Text).into_bytes(),
+        openmetrics: encode(&families, Format::OpenMetrics).into_bytes(),
+        sampled_at,
+    }
+}
+
+macro_rules! metric {
+    ($id:ident, $name:literal, $kind:ident, $unit:expr, [$($label:literal),*], $help:literal) => {
+        #[doc = $help]
+        pub static $id: MetricDef = MetricDef {
+            name: $name,
+            kind: MetricType::$kind,
+            unit: $unit,
+            help: $help,
+            labels: &[$($label),*],
+        };
+    };
+}
+
+const SECONDS: Option<&str> = Some("seconds");
+const BYTES: Option<&str> = Some("bytes");
+const RATIO: Option<&str> = Some("ratio");
+
+// Self-observability.
+metric!(
+    BUILD,
+    "gpu_exporter_build",
+    Info,
+    None,
+    ["version", "commit"],
+    "Build of the running exporter."
+);
+metric!(SOURCE_UP, "gpu_exporter_source_up", Gauge, None, ["source"], "1 if the source produced data on the last tick, 0 if it failed or is not supported on this host.");
+metric!(
+    SOURCE_SUPPORTED,
+    "gpu_exporter_source_supported",
+    Gauge,
+    None,
+    ["source"],
+    "0 if the host does not offer this source at all (e.g. no /proc/pressure), else 1."
+);
+metric!(
+    SOURCE_DURATION,
+    "gpu_exporter_source_duration_seconds",
+    Gauge,
+    SECONDS,
+    ["source"],
+    "Wall time the source took on the last tick."
+);
+metric!(
+    SOURCE_ERRORS,
+    "gpu_exporter_source_errors",
+    Counter,
+    None,
+    ["source"],
+    "Ticks on which the source failed."
+);
+metric!(
+    SAMPLES,
+    "gpu_exporter_samples",
+    Counter,
+    None,
+    [],
+    "Ticks the sampler has taken."
+);
+metric!(
+    SAMPLE_DURATION,
+    "gpu_exporter_sample_duration_seconds",
+    Gauge,
+    SECONDS,
+    [],
+    "Wall time of the last tick, all sources together."
+);
+metric!(
+    SAMPLE_AGE,
+    "gpu_exporter_sample_age_seconds",
+    Gauge,
+    SECONDS,
+    [],
+    "Time since the snapshot being served was taken; grows if the sampler is stuck."
+);
+
+// CPU.
+metric!(
+    CPU_SECONDS,
+    "gpu_host_cpu_seconds",
+    Counter,
+    SECONDS,
+    ["mode"],
+    "CPU time of the node summed over all CPUs, per mode (/proc/stat)."
+);
+metric!(
+    CPU_COUNT,
+    "gpu_host_cpu_count",
+    Gauge,
+    None,
+    [],
+    "Online CPUs."
+);
+metric!(
+    TASKS_RUNNING,
+    "gpu_host_tasks_running",
+    Gauge,
+    None,
+    [],
+    "Runnable tasks (procs_running)."
+);
+metric!(
+    TASKS_BLOCKED,
+    "gpu_host_tasks_blocked",
+    Gauge,
+    None,
+    [],
+    "Tasks blocked on I/O (procs_blocked)."
+);
+metric!(
+    CONTEXT_SWITCHES,
+    "gpu_host_context_switches",
+    Counter,
+    None,
+    [],
+    "Context switches since boot."
+);
+metric!(
+    CPU_BUSY,
+    "gpu_host_cpu_busy_ratio",
+    Gauge,
+    RATIO,
+    [],
+    "Share of CPU time not idle and not iowait over the last interval."
+);
+metric!(
+    CPU_IOWAIT,
+    "gpu_host_cpu_iowait_ratio",
+    Gauge,
+    RATIO,
+    [],
+    "Share of CPU time in iowait over the last interval."
+);
+metric!(
+    CPU_STEAL,
+    "gpu_host_cpu_steal_ratio",
+    Gauge,
+    RATIO,
+    [],
+    "Share of CPU time stolen by the hypervisor over the last interval."
+);
+
+// Disks.
+metric!(
+    DISK_READS,
+    "gpu_host_disk_reads_completed",
+    Counter,
+    None,
+    ["device"],
+    "Reads completed."
+);
+metric!(
+    DISK_READS_MERGED,
+    "gpu_host_disk_reads_merged",
+    Counter,
+    None,
+    ["device"],
+    "Adjacent reads merged before being issued."
+);
+metric!(
+    DISK_READ_BYTES,
+    "gpu_host_disk_read_bytes",
+    Counter,
+    BYTES,
+    ["device"],
+    "Bytes read."
+);
+metric!(
+    DISK_READ_TIME,
+    "gpu_host_disk_read_time_seconds",
+    Counter,
+    SECONDS,
+    ["device"],
+    "Time spent by all reads (sum of request latencies)."
+);
+metric!(
+    DISK_WRITES,
+    "gpu_host_disk_writes_completed",
+    Counter,
+    None,
+    ["device"],
+    "Writes completed."
+);
+metric!(
+    DISK_WRITES_MERGED,
+    "gpu_host_disk_writes_merged",
+    Counter,
+    None,
+    ["device"],
+    "Adjacent writes merged before being issued."
+);
+metric!(
+    DISK_WRITTEN_BYTES,
+    "gpu_host_disk_written_bytes",
+    Counter,
+    BYTES,
+    ["device"],
+    "Bytes written."
+);
+metric!(
+    DISK_WRITE_TIME,
+    "gpu_host_disk_write_time_seconds",
+    Counter,
+    SECONDS,
+    ["device"],
+    "Time spent by all writes (sum of request latencies)."
+);
+metric!(
+    DISK_IO_TIME,
+    "gpu_host_disk_io_time_seconds",
+    Counter,
+    SECONDS,
+    ["device"],
+    "Time with at least one request in flight."
+);
+metric!(
+    DISK_IO_WEIGHTED,
+    "gpu_host_disk_io_time_weighted_seconds",
+    Counter,
+    SECONDS,
+    ["device"],
+    "Requests in flight integrated over time."
+);
+metric!(
+    DISK_IN_FLIGHT,
+    "gpu_host_disk_in_flight_requests",
+    Gauge,
+    None,
+    ["device"],
+    "Requests in flight when sampled."
+);
+metric!(
+    DISK_UTIL,
+    "gpu_host_disk_utilization_ratio",
+    Gauge,
+    RATIO,
+    ["device"],
+    "Share of the last interval with I/O in flight (iostat %util / 100)."
+);
+metric!(
+    DISK_R_AWAIT,
+    "gpu_host_disk_read_await_seconds",
+    Gauge,
+    SECONDS,
+    ["device"],
+    "Mean latency of reads completed in the last interval (iostat r_await); 0 when none."
+);
+metric!(
+    DISK_W_AWAIT,
+    "gpu_host_disk_write_await_seconds",
+    Gauge,
+    SECONDS,
+    ["device"],
+    "Mean latency of writes completed in the last interval (iostat w_await); 0 when none."
+);
+metric!(
+    DISK_QUEUE,
+    "gpu_host_disk_queue_size",
+    Gauge,
+    None,
+    ["device"],
+    "Mean requests in flight over the last interval (iostat aqu-sz)."
+);
+metric!(
+    DISK_READS_RATE,
+    "gpu_host_disk_reads_per_second",
+    Gauge,
+    None,
+    ["device"],
+    "Reads completed per second over the last interval (iostat r/s)."
+);
+metric!(
+    DISK_WRITES_RATE,
+    "gpu_host_disk_writes_per_second",
+    Gauge,
+    None,
+    ["device"],
+    "Writes completed per second over the last interval (iostat w/s)."
+);
+metric!(
+    DISK_READ_BPS,
+    "gpu_host_disk_read_bytes_per_second",
+    Gauge,
+    None,
+    ["device"],
+    "Bytes read per second over the last interval."
+);
+metric!(
+    DISK_WRITE_BPS,
+    "gpu_host_disk_write_bytes_per_second",
+    Gauge,
+    None,
+    ["device"],
+    "Bytes written per second over the last interval."
+);
+
+// Pressure stall information.
+metric!(
+    PSI_SECONDS,
+    "gpu_host_pressure_stalled_seconds",
+    Counter,
+    SECONDS,
+    ["resource", "kind"],
+    "Time some (or all, kind=full) non-idle tasks were stalled on the resource (/proc/pressure)."
+);
+metric!(
+    PSI_RATIO,
+    "gpu_host_pressure_stalled_ratio",
+    Gauge,
+    RATIO,
+    ["resource", "kind"],
+    "Share of the last interval tasks were stalled on the resource."
+);
+
+// Memory.
+metric!(
+    MEM_TOTAL,
+    "gpu_host_memory_total_bytes",
+    Gauge,
+    BYTES,
+    [],
+    "Physical memory (MemTotal)."
+);
+metric!(
+    MEM_AVAILABLE,
+    "gpu_host_memory_available_bytes",
+    Gauge,
+    BYTES,
+    [],
+    "Memory available without swapping (MemAvailable)."
+);
+metric!(
+    SWAP_TOTAL,
+    "gpu_host_swap_total_bytes",
+    Gauge,
+    BYTES,
+    [],
+    "Swap space (SwapTotal)."
+);
+metric!(
+    SWAP_FREE,
+    "gpu_host_swap_free_bytes",
+    Gauge,
+    BYTES,
+    [],
+    "Unused swap space (SwapFree)."
+);
+metric!(
+    SWAP_IN,
+    "gpu_host_swap_in_bytes",
+    Counter,
+    BYTES,
+    [],
+    "Bytes swapped in since boot."
+);
+metric!(
+    SWAP_OUT,
+    "gpu_host_swap_out_bytes",
+    Counter,
+    BYTES,
+    [],
+    "Bytes swapped out since boot."
+);
+metric!(
+    SWAP_IN_RATE,
+    "gpu_host_swap_in_bytes_per_second",
+    Gauge,
+    None,
+    [],
+    "Bytes swapped in per second over the last interval."
+);
+metric!(
+    SWAP_OUT_RATE,
+    "gpu_host_swap_out_bytes_per_second",
+    Gauge,
+    None,
+    [],
+    "Bytes swapped out per second over the last interval."
+);
+
+/// Commit the binary was built from (set by build.rs; "unknown" outside a git checkout).
+pub const COMMIT: &str = env!("GPU_EXPORTER_COMMIT");
+
+fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
+    let mut out = Vec::new();
+    self_families(snapshot, tick_seconds, &mut out);
+    cpu_families(snapshot, &mut out);
+    disk_families(snapshot, &mut out);
+    pressure_families(snapshot, &mut out);
+    memory_families(snapshot, &mut out);
+    out.retain(|family| !family.samples.is_empty());
+    out
+}
+
+fn self_families(snapshot: &Snapshot, tick_seconds: f64, out: &mut Vec<Family>) {
+    let mut build = Family::new(&BUILD);
+    build.add(&[env!("CARGO_PKG_VERSION"), COMMIT], 1.0);
+    out.push(build);
+    let mut up = Family::new(&SOURCE_UP);
+    let mut supported = Family::new(&SOURCE_SUPPORTED);
+    let mut duration = Family::new(&SOURCE_DURATION);
+    let mut errors = Family::new(&SOURCE_ERRORS);
+    for status in &snapshot.sources {
+        let name = [status.name];
+        up.add(&name, flag(status.outcome == SourceOutcome::Ok));
+        supported.add(
+            &name,
+            flag(!matches!(status.outcome, SourceOutcome::Unsupported(_))),
+        );
+        duration.add(&name, status.duration_seconds);
+        errors.add(&name, status.errors_total as f64);
+    }
+    out.extend([up, supported, duration, errors]);
+    out.push(Family::single(&SAMPLES, snapshot.samples_total as f64));
+    out.push(Family::single(&SAMPLE_DURATION, tick_seconds));
+}
+
+fn cpu_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
+    let Some(cpu) = &snapshot.cpu else { return };
+    let mut seconds = Family::new(&CPU_SECONDS);
+    for (mode, value) in cpu.stat.times.modes() {
+        seconds.add(&[mode], value);
+    }
+    out.push(seconds);
+    out.push(Family::single(&CPU_COUNT, cpu.stat.cpu_count as f64));
+    out.push(Family::single(
+        &TASKS_RUNNING,
+        cpu.stat.procs_running as f64,
+    ));
+    out.push(Family::single(
+        &TASKS_BLOCKED,
+        cpu.stat.procs_blocked as f64,
+    ));
+    out.push(Family::single(
+        &CONTEXT_SWITCHES,
+        cpu.stat.context_switches as f64,
+    ));
+    if let Some(rates) = &cpu.rates {
+        out.push(Family::single(&CPU_BUSY, rates.busy_ratio));
+        out.push(Family::single(&CPU_IOWAIT, rates.iowait_ratio));
+        out.push(Family::single(&CPU_STEAL, rates.steal_ratio));
+    }
+}
+
+/// Adds one family with a sample per disk for which `value` has a figure.
+fn per_disk(
+    out: &mut Vec<Family>,
+    def: &'static MetricDef,
+    disks: &[DiskSnapshot],
+    value: impl Fn(&DiskSnapshot) -> Option<f64>,
+) {
+    let mut family = Family::new(def);
+    for disk in disks {
+        if let Some(v) = value(disk) {
+            family.add(&[&disk.counters.name], v);
+        }
+    }
+    out.push(family);
+}
+
+fn disk_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
+    let disks = &snapshot.disks;
+    let counters: [(&'static MetricDef, fn(&DiskCounters) -> f64); 11] = [
+        (&DISK_READS, |c| c.reads_completed as f64),
+        (&DISK_READS_MERGED, |c| c.reads_merged as f64),
+        (&DISK_READ_BYTES, |c| c.read_bytes as f64),
+        (&DISK_READ_TIME, |c| c.read_time_seconds),
+        (&DISK_WRITES, |c| c.writes_completed as f64),
+        (&DISK_WRITES_MERGED, |c| c.writes_merged as f64),
+        (&DISK_WRITTEN_BYTES, |c| c.written_bytes as f64),
+        (&DISK_WRITE_TIME, |c| c.write_time_seconds),
+        (&DISK_IO_TIME, |c| c.io_time_seconds),
+        (&DISK_IO_WEIGHTED, |c| c.weighted_io_time_seconds),
+        (&DISK_IN_FLIGHT, |c| c.in_flight as f64),
+    ];
+    for (def, get) in counters {
+        per_disk(out, def, disks, |d| Some(get(&d.counters)));
+    }
+    let rates: [(&'static MetricDef, fn(&DiskRates) -> f64); 8] = [
+        (&DISK_UTIL, |r| r.utilization_ratio),
+        (&DISK_R_AWAIT, |r| r.read_await_seconds),
+        (&DISK_W_AWAIT, |r| r.write_await_seconds),
+        (&DISK_QUEUE, |r| r.queue_size),
+        (&DISK_READS_RATE, |r| r.reads_per_second),
+        (&DISK_WRITES_RATE, |r| r.writes_per_second),
+        (&DISK_READ_BPS, |r| r.read_bytes_per_second),
+        (&DISK_WRITE_BPS, |r| r.write_bytes_per_second),
+    ];
+    for (def, get) in rates {
+        per_disk(out, def, disks, |d| d.rates.as_ref().map(get));
+    }
+}
+
+fn pressure_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
+    let mut seconds = Family::new(&PSI_SECONDS);
+    let mut ratio = Family::new(&PSI_RATIO);
+    for p in &snapshot.pressure {
+        seconds.add(&[p.resource, "some"], p.pressure.some.total_seconds);
+        if let Some(full) = &p.pressure.full {
+            seconds.add(&[p.resource, "full"], full.total_seconds);
+        }
+        if let Some(rates) = &p.rates {
+            ratio.add(&[p.resource, "some"], rates.some_ratio);
+            if let Some(full) = rates.full_ratio {
+                ratio.add(&[p.resource, "full"], full);
+            }
+        }
+    }
+    out.extend([seconds, ratio]);
+}
+
+fn memory_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
+    let Some(memory) = &snapshot.memory else {
+        return;
+    };
+    let c = &memory.counters;
+    out.push(Family::single(&MEM_TOTAL, c.total_bytes as f64));
+    out.push(Family::single(&MEM_AVAILABLE, c.available_bytes as f64));
+    out.push(Family::single(&SWAP_TOTAL, c.swap_total_bytes as f64));
+    out.push(Family::single(&SWAP_FREE, c.swap_free_bytes as f64));
+    out.push(Family::single(&SWAP_IN, c.swapped_in_bytes as f64));
+    out.push(Family::single(&SWAP_OUT, c.swapped_out_bytes as f64));
+    if let Some(rates) = &memory.rates {
+        out.push(Family::single(
+            &SWAP_IN_RATE,
+            rates.swap_in_bytes_per_second,
+        ));
+        out.push(Family::single(
+            &SWAP_OUT_RATE,
+            rates.swap_out_bytes_per_second,
+        ));
+    }
+}
+
+fn flag(value: bool) -> f64 {
+    if value {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Encodes families in one format. Families without samples were removed by the caller.
+fn encode(families: &[Family], format: Format) -> String {
+    let mut out = String::with_capacity(families.len() * 160);
+    for family in families {
+        let def = family.def;
+        let sample_name = def.sample_name();
+        let (header_name, type_name) = match (format, def.kind) {
+            (Format::Text, MetricType::Counter) => (sample_name.as_str(), "counter"),
+            (Format::Text, MetricType::Info) => (sample_name.as_str(), "gauge"),
+            (Format::Text, MetricType::Gauge) => (def.name, "gauge"),
+            (Format::OpenMetrics, MetricType::Counter) => (def.name, "counter"),
+            (Format::OpenMetrics, MetricType::Info) => (def.name, "info"),
+            (Format::OpenMetrics, MetricType::Gauge) => (def.name, "gauge"),
+        };
+        let _ = writeln!(out, "# HELP {header_name} {}", escape_help(def.help));
+        let _ = writeln!(out, "# TYPE {header_name} {type_name}");
+        if let (Format::OpenMetrics, Some(unit)) = (format, def.unit) {
+            let _ = writeln!(out, "# UNIT {header_name} {unit}");
+        }
+        for (values, value) in &family.samples {
+            out.push_str(&sample_name);
+            if !values.is_empty() {
+                out.push('{');
+                for (i, (name, label_value)) in def.labels.iter().zip(values).enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{name}=\"{}\"", escape_label(label_value));
+                }
+                out.push('}');
+            }
+            out.push(' ');
+            out.push_str(&format_value(*value));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Formats a sample value the way both formats accept it.
+pub fn format_value(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".into()
+    } else if value == f64::INFINITY {
+        "+Inf".into()
+    } else if value == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        value.to_string()
+    }
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+fn escape_help(help: &str) -> String {
+    help.replace('\\', r"\\").replace('\n', r"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::SourceStatus;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            sources: vec![
+                SourceStatus {
+                    name: "cpu",
+                    outcome: SourceOutcome::Ok,
+                    duration_seconds: 0.25,
+                    errors_total: 0,
+                },
+                SourceStatus {
+                    name: "pressure",
+                    outcome: SourceOutcome::Unsupported("no psi".into()),
+                    duration_seconds: 0.5,
+                    errors_total: 0,
+                },
+            ],
+            samples_total: 3,
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn classic_text_names_counters_with_total_in_type_line() {
+        let text = String::from_utf8(render(&snapshot(), 0.5, Instant::now()).text).unwrap();
+        assert!(
+            text.contains(
+                "# TYPE gpu_exporter_samples_total counter\ngpu_exporter_samples_total 3\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE gpu_exporter_build_info gauge\n"));
+        assert!(text.contains("gpu_exporter_source_up{source=\"cpu\"} 1\n"));
+        assert!(text.contains("gpu_exporter_source_up{source=\"pressure\"} 0\n"));
+        assert!(text.contains("gpu_exporter_source_supported{source=\"pressure\"} 0\n"));
+        assert!(!text.contains("# UNIT"));
+        assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn openmetrics_has_family_names_units_and_eof() {
+        let exposition = render(&snapshot(), 0.5, Instant::now());
+        let body =
+            String::from_utf8(exposition.body(Format::OpenMetrics, exposition.sampled_at)).unwrap();
+        assert!(
+            body.contains("# TYPE gpu_exporter_samples counter\ngpu_exporter_samples_total 3\n")
+        );
+        assert!(body.contains("# TYPE gpu_exporter_build info\n"));
+        assert!(body.contains("# UNIT gpu_exporter_sample_duration_seconds seconds\n"));
+        assert!(
+            body.ends_with("gpu_exporter_sample_age_seconds 0\n# EOF\n"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn sample_age_grows_with_scrape_time() {
+        let exposition = render(&snapshot(), 0.5, Instant::now());
+        let later = exposition.sampled_at + std::time::Duration::from_millis(2500);
+        let body = String::from_utf8(exposition.body(Format::Text, later)).unwrap();
+        assert!(
+            body.ends_with("gpu_exporter_sample_age_seconds 2.5\n"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn values_and_labels_are_escaped() {
+        assert_eq!(format_value(f64::NAN), "NaN");
+        assert_eq!(format_value(f64::INFINITY), "+Inf");
+        assert_eq!(format_value(1e-7), "0.0000001");
+        assert_eq!(format_value(3.0), "3");
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn every_unit_is_the_suffix_of_its_name() {
+        for def in [
+            &CPU_SECONDS,
+            &DISK_READ_BYTES,
+            &PSI_RATIO,
+            &SAMPLE_AGE,
+            &MEM_TOTAL,
+        ] {
+            assert!(def.name.ends_with(def.unit.unwrap()), "{}", def.name);
+        }
+    }
+}

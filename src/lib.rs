@@ -1,0 +1,12 @@
+//! gpu-bottleneck-exporter: samples a GPU node and tells, per GPU, why it waits.
+//!
+//! Data flows one way: [`config`] → [`source`]s → [`snapshot::Snapshot`] → [`exposition`] →
+//! [`server`]. The [`sampler`] is the only loop and the only owner of mutable state.
+
+pub mod config;
+pub mod daemon;
+pub mod exposition;
+pub mod sampler;
+pub mod server;
+pub mod snapshot;
+pub mod source;

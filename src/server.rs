@@ -1,0 +1,154 @@
+//! HTTP routes. The server only reads what the sampler published; it never samples.
+
+use std::io::Write as _;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use tokio::sync::watch;
+
+use crate::exposition::Format;
+use crate::sampler::Published;
+
+/// The routes: `/metrics`, `/healthz`, `/readyz` and the landing page `/`.
+pub fn router(published: watch::Receiver<Published>) -> Router {
+    Router::new()
+        .route("/", get(landing))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(published)
+}
+
+async fn metrics(
+    State(published): State<watch::Receiver<Published>>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(exposition) = published.borrow().clone() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
+    };
+    let format = negotiate_format(header_text(&headers, header::ACCEPT));
+    let body = exposition.body(format, Instant::now());
+    let mut response_headers = HeaderMap::new();
+    response_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    response_headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Encoding"),
+    );
+    if accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING)) {
+        let mut encoder = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::fast());
+        // Writing into a Vec cannot fail.
+        let compressed = encoder.write_all(&body).and_then(|()| encoder.finish());
+        if let Ok(compressed) = compressed {
+            response_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            return (response_headers, compressed).into_response();
+        }
+    }
+    (response_headers, body).into_response()
+}
+
+async fn ready(State(published): State<watch::Receiver<Published>>) -> Response {
+    if published.borrow().is_some() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first sample\n",
+        )
+            .into_response()
+    }
+}
+
+async fn landing() -> Html<&'static str> {
+    Html(concat!(
+        "<!doctype html><html><head><title>gpu-bottleneck-exporter</title></head><body>",
+        "<h1>gpu-bottleneck-exporter ",
+        env!("CARGO_PKG_VERSION"),
+        "</h1><p>Tells why a GPU waits, for Prometheus.</p><ul>",
+        "<li><a href=\"/metrics\">/metrics</a> &mdash; raw signals and self-metrics</li>",
+        "<li><a href=\"/healthz\">/healthz</a> &mdash; process is alive</li>",
+        "<li><a href=\"/readyz\">/readyz</a> &mdash; first sample published</li>",
+        "</ul></body></html>\n"
+    ))
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> &str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Media ranges of an Accept-style header as (type, q), q defaulting to 1.
+fn media_ranges(header: &str) -> impl Iterator<Item = (&str, f32)> {
+    header.split(',').filter_map(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().filter(|m| !m.is_empty())?;
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|q| q.parse().ok())
+            .unwrap_or(1.0);
+        Some((media, q))
+    })
+}
+
+/// OpenMetrics when the client asks for it with a q above that of the classic text format
+/// (Prometheus' own scrape header does); the classic text format otherwise.
+pub fn negotiate_format(accept: &str) -> Format {
+    let quality = |wanted: &str| {
+        media_ranges(accept)
+            .filter(|(media, _)| media.eq_ignore_ascii_case(wanted))
+            .map(|(_, q)| q)
+            .fold(0.0f32, f32::max)
+    };
+    let openmetrics = quality("application/openmetrics-text");
+    if openmetrics > 0.0 && openmetrics >= quality("text/plain") {
+        Format::OpenMetrics
+    } else {
+        Format::Text
+    }
+}
+
+/// Whether `Accept-Encoding` allows gzip (not listed with q=0).
+pub fn accepts_gzip(accept_encoding: &str) -> bool {
+    media_ranges(accept_encoding).any(|(coding, q)| coding.eq_ignore_ascii_case("gzip") && q > 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_follows_prometheus_accept_headers() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate_format(prometheus), Format::OpenMetrics);
+        assert_eq!(negotiate_format(""), Format::Text);
+        assert_eq!(negotiate_format("*/*"), Format::Text);
+        assert_eq!(negotiate_format("text/plain;version=0.0.4"), Format::Text);
+        assert_eq!(
+            negotiate_format("text/plain;q=1,application/openmetrics-text;q=0.5"),
+            Format::Text
+        );
+        assert_eq!(
+            negotiate_format("application/openmetrics-text;q=0"),
+            Format::Text
+        );
+    }
+
+    #[test]
+    fn gzip_only_when_allowed() {
+        assert!(accepts_gzip("gzip"));
+        assert!(accepts_gzip("br, gzip;q=0.5"));
+        assert!(!accepts_gzip("gzip;q=0"));
+        assert!(!accepts_gzip("identity"));
+        assert!(!accepts_gzip(""));
+    }
+}

@@ -1,0 +1,260 @@
+//! The data model every stage shares: plain values, no handles, no IO.
+//!
+//! Sources fill a [`Snapshot`] on each tick; exposition (and later analysis) only read it.
+//! Counters are kept as read; the `*Rates` structs hold what happened over the last interval
+//! and are `None` on the first sample, after a counter reset, or for a device that just appeared.
+
+/// Everything sampled on one tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Node-wide CPU state, when the cpu source succeeded.
+    pub cpu: Option<CpuSnapshot>,
+    /// One entry per selected block device, sorted by name.
+    pub disks: Vec<DiskSnapshot>,
+    /// One entry per PSI resource (cpu, io, memory) the kernel reports.
+    pub pressure: Vec<PressureSnapshot>,
+    /// Memory and swap, when the memory source succeeded.
+    pub memory: Option<MemorySnapshot>,
+    /// How each enabled source fared on this tick, in configuration order.
+    pub sources: Vec<SourceStatus>,
+    /// Ticks taken since start, this one included.
+    pub samples_total: u64,
+}
+
+/// Aggregate CPU time of the node, in seconds per mode since boot.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTimes {
+    /// Normal processes in user mode (includes guest time).
+    pub user: f64,
+    /// Niced processes in user mode (includes guest_nice time).
+    pub nice: f64,
+    /// Kernel mode.
+    pub system: f64,
+    /// Idle, not waiting for I/O.
+    pub idle: f64,
+    /// Idle while some task waits for I/O. The kernel may move this counter backwards.
+    pub iowait: f64,
+    /// Servicing hardware interrupts.
+    pub irq: f64,
+    /// Servicing soft interrupts.
+    pub softirq: f64,
+    /// Stolen by the hypervisor for other guests.
+    pub steal: f64,
+    /// Running a guest VM (already counted in `user`).
+    pub guest: f64,
+    /// Running a niced guest VM (already counted in `nice`).
+    pub guest_nice: f64,
+}
+
+impl CpuTimes {
+    /// Modes as (label, seconds), in the order /proc/stat lists them.
+    pub fn modes(&self) -> [(&'static str, f64); 10] {
+        [
+            ("user", self.user),
+            ("nice", self.nice),
+            ("system", self.system),
+            ("idle", self.idle),
+            ("iowait", self.iowait),
+            ("irq", self.irq),
+            ("softirq", self.softirq),
+            ("steal", self.steal),
+            ("guest", self.guest),
+            ("guest_nice", self.guest_nice),
+        ]
+    }
+}
+
+/// What /proc/stat says about the node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuStat {
+    /// Seconds per mode summed over all CPUs.
+    pub times: CpuTimes,
+    /// Number of `cpuN` lines: online CPUs.
+    pub cpu_count: u32,
+    /// Tasks currently runnable (`procs_running`).
+    pub procs_running: u64,
+    /// Tasks blocked on I/O (`procs_blocked`).
+    pub procs_blocked: u64,
+    /// Context switches since boot (`ctxt`).
+    pub context_switches: u64,
+}
+
+/// Shares of CPU time over the last interval, each in 0..1.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuRates {
+    /// Share of time in iowait.
+    pub iowait_ratio: f64,
+    /// Share of time stolen by the hypervisor.
+    pub steal_ratio: f64,
+    /// Share of time doing anything but idle and iowait.
+    pub busy_ratio: f64,
+}
+
+/// CPU counters plus the rates over the last interval.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuSnapshot {
+    /// Counters as read.
+    pub stat: CpuStat,
+    /// Shares over the last interval; `None` on the first sample.
+    pub rates: Option<CpuRates>,
+}
+
+/// One line of /proc/diskstats. Times are in seconds, sizes in bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiskCounters {
+    /// Kernel device name (`nvme0n1`, `sda`, `dm-0`).
+    pub name: String,
+    /// Reads completed.
+    pub reads_completed: u64,
+    /// Adjacent reads merged before being issued.
+    pub reads_merged: u64,
+    /// Bytes read (sectors × 512, whatever the device's block size).
+    pub read_bytes: u64,
+    /// Seconds spent by all reads (sum of per-request latencies).
+    pub read_time_seconds: f64,
+    /// Writes completed.
+    pub writes_completed: u64,
+    /// Adjacent writes merged before being issued.
+    pub writes_merged: u64,
+    /// Bytes written.
+    pub written_bytes: u64,
+    /// Seconds spent by all writes.
+    pub write_time_seconds: f64,
+    /// Requests in flight right now.
+    pub in_flight: u64,
+    /// Seconds during which at least one request was in flight (basis of %util).
+    pub io_time_seconds: f64,
+    /// In-flight requests integrated over time, in seconds (basis of the queue size).
+    pub weighted_io_time_seconds: f64,
+}
+
+/// The same figures `iostat -x` prints, over the last interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DiskRates {
+    /// Share of the interval the device had I/O in flight (`%util` / 100).
+    pub utilization_ratio: f64,
+    /// Mean latency of the reads completed in the interval (`r_await`, in seconds; 0 when none).
+    pub read_await_seconds: f64,
+    /// Mean latency of the writes completed in the interval (`w_await`, in seconds; 0 when none).
+    pub write_await_seconds: f64,
+    /// Mean number of requests in flight (`aqu-sz`).
+    pub queue_size: f64,
+    /// Reads completed per second (`r/s`).
+    pub reads_per_second: f64,
+    /// Writes completed per second (`w/s`).
+    pub writes_per_second: f64,
+    /// Bytes read per second (`rkB/s` × 1024).
+    pub read_bytes_per_second: f64,
+    /// Bytes written per second (`wkB/s` × 1024).
+    pub write_bytes_per_second: f64,
+}
+
+/// A block device's counters plus the rates over the last interval.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiskSnapshot {
+    /// Counters as read.
+    pub counters: DiskCounters,
+    /// Rates over the last interval; `None` when the device is new or a counter went back.
+    pub rates: Option<DiskRates>,
+}
+
+/// One line (`some` or `full`) of a /proc/pressure file.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PressureLine {
+    /// Kernel's 10 s running average, as a ratio.
+    pub avg10: f64,
+    /// Kernel's 60 s running average, as a ratio.
+    pub avg60: f64,
+    /// Kernel's 300 s running average, as a ratio.
+    pub avg300: f64,
+    /// Total stalled time since boot, in seconds.
+    pub total_seconds: f64,
+}
+
+/// A PSI resource file: `some` tasks stalled, and (except cpu on older kernels) `full`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    /// Share of time at least one task was stalled.
+    pub some: PressureLine,
+    /// Share of time all non-idle tasks were stalled; absent in older kernels' cpu file.
+    pub full: Option<PressureLine>,
+}
+
+/// Stalled shares over the last interval, each in 0..1.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PressureRates {
+    /// `some` stall share.
+    pub some_ratio: f64,
+    /// `full` stall share, when the kernel reports it.
+    pub full_ratio: Option<f64>,
+}
+
+/// One PSI resource, as read and over the last interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PressureSnapshot {
+    /// `cpu`, `io` or `memory`.
+    pub resource: &'static str,
+    /// Counters and kernel averages as read.
+    pub pressure: Pressure,
+    /// Shares over the last interval; `None` on the first sample or after a reset.
+    pub rates: Option<PressureRates>,
+}
+
+/// Memory figures of /proc/meminfo and /proc/vmstat, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemoryCounters {
+    /// `MemTotal`.
+    pub total_bytes: u64,
+    /// `MemAvailable`: what can be allocated without swapping.
+    pub available_bytes: u64,
+    /// `SwapTotal`.
+    pub swap_total_bytes: u64,
+    /// `SwapFree`.
+    pub swap_free_bytes: u64,
+    /// Bytes swapped in since boot (`pswpin` pages).
+    pub swapped_in_bytes: u64,
+    /// Bytes swapped out since boot (`pswpout` pages).
+    pub swapped_out_bytes: u64,
+}
+
+/// Swap traffic over the last interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemoryRates {
+    /// Bytes swapped in per second.
+    pub swap_in_bytes_per_second: f64,
+    /// Bytes swapped out per second.
+    pub swap_out_bytes_per_second: f64,
+}
+
+/// Memory counters plus swap rates over the last interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemorySnapshot {
+    /// Figures as read.
+    pub counters: MemoryCounters,
+    /// Rates over the last interval; `None` on the first sample or after a reset.
+    pub rates: Option<MemoryRates>,
+}
+
+/// How one source fared on a tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceStatus {
+    /// Source name, as in the configuration (`cpu`, `disk`, ...).
+    pub name: &'static str,
+    /// What happened.
+    pub outcome: SourceOutcome,
+    /// Wall time the source took, in seconds.
+    pub duration_seconds: f64,
+    /// Failed ticks since start.
+    pub errors_total: u64,
+}
+
+/// Result of sampling one source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceOutcome {
+    /// Data was read.
+    Ok,
+    /// The host does not offer this source (e.g. no /proc/pressure); not an error.
+    Unsupported(String),
+    /// The read failed; the message says why.
+    Failed(String),
+}

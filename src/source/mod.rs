@@ -1,0 +1,130 @@
+//! Sources: each reads one area of the node and fills its part of the [`Snapshot`].
+//!
+//! A source keeps the previous counters it read (to derive rates) and nothing else; parsing
+//! and rate arithmetic are pure functions in its module so they can be tested on strings.
+
+pub mod host;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::snapshot::Snapshot;
+
+/// Why a source produced no data on a tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceError {
+    /// The host does not have this data at all (old kernel, feature compiled out).
+    Unsupported(String),
+    /// Reading or parsing failed.
+    Failed(String),
+}
+
+impl SourceError {
+    /// A failed read of `path`.
+    pub fn io(path: &Path, error: &io::Error) -> SourceError {
+        SourceError::Failed(format!("{}: {error}", path.display()))
+    }
+}
+
+/// One area of the node that the sampler reads on every tick.
+pub trait Source: Send {
+    /// Short stable name, used as the `source` label.
+    fn name(&self) -> &'static str;
+
+    /// Reads the source and fills its part of `snapshot`. `now` is monotonic time since the
+    /// sampler started; the source derives rates from the time between two of its reads.
+    fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError>;
+}
+
+/// Where the host's procfs and sysfs are mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRoots {
+    /// procfs root, normally `/proc`.
+    pub procfs: PathBuf,
+    /// sysfs root, normally `/sys`.
+    pub sysfs: PathBuf,
+}
+
+impl HostRoots {
+    /// Reads a file below the procfs root, mapping failures to a [`SourceError`].
+    pub fn read_proc(&self, relative: &str) -> Result<String, SourceError> {
+        let path = self.procfs.join(relative);
+        std::fs::read_to_string(&path).map_err(|e| SourceError::io(&path, &e))
+    }
+}
+
+/// Increase of a counter between two reads, or `None` if it went backwards (a reset, a
+/// re-attached device or a kernel that moved it back), so no negative rate is ever derived.
+pub fn counter_delta(previous: f64, current: f64) -> Option<f64> {
+    (current >= previous).then(|| current - previous)
+}
+
+/// The previous counters of a source and when they were read.
+#[derive(Debug, Clone)]
+pub struct Previous<T> {
+    /// Monotonic time of the read.
+    pub at: Duration,
+    /// What was read.
+    pub value: T,
+}
+
+/// Seconds between the previous read and `now`, if there was one and time moved forward.
+pub fn elapsed_since<T>(previous: Option<&Previous<T>>, now: Duration) -> Option<(f64, &T)> {
+    let previous = previous?;
+    let seconds = now.checked_sub(previous.at)?.as_secs_f64();
+    (seconds > 0.0).then_some((seconds, &previous.value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_delta_never_goes_negative() {
+        assert_eq!(counter_delta(5.0, 7.5), Some(2.5));
+        assert_eq!(counter_delta(5.0, 5.0), Some(0.0));
+        assert_eq!(counter_delta(7.0, 5.0), None);
+    }
+
+    #[test]
+    fn elapsed_needs_a_previous_read_and_forward_time() {
+        let previous = Previous {
+            at: Duration::from_secs(2),
+            value: 1,
+        };
+        assert_eq!(elapsed_since::<i32>(None, Duration::from_secs(3)), None);
+        assert_eq!(
+            elapsed_since(Some(&previous), Duration::from_secs(3)),
+            Some((1.0, &1))
+        );
+        assert_eq!(elapsed_since(Some(&previous), Duration::from_secs(2)), None);
+        assert_eq!(elapsed_since(Some(&previous), Duration::from_secs(1)), None);
+    }
+}
+
+/// The enabled sources, in the order the sampler runs them.
+pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
+    let roots = HostRoots {
+        procfs: config.paths.procfs.clone(),
+        sysfs: config.paths.sysfs.clone(),
+    };
+    let sources = &config.sources;
+    let mut enabled: Vec<Box<dyn Source>> = Vec::new();
+    if sources.cpu.enabled {
+        enabled.push(Box::new(host::cpu::CpuSource::new(roots.clone())));
+    }
+    if sources.disk.enabled {
+        enabled.push(Box::new(host::disk::DiskSource::new(
+            roots.clone(),
+            sources.disk.clone(),
+        )));
+    }
+    if sources.pressure.enabled {
+        enabled.push(Box::new(host::pressure::PressureSource::new(roots.clone())));
+    }
+    if sources.memory.enabled {
+        enabled.push(Box::new(host::memory::MemorySource::new(roots)));
+    }
+    enabled
+}

@@ -99,7 +99,8 @@ pub struct CpuSnapshot {
     pub rates: Option<CpuRates>,
 }
 
-/// One line of /proc/diskstats. Times are in seconds, sizes in bytes.
+/// One line of /proc/diskstats. Times stay in the kernel's integer milliseconds so that
+/// deltas are exact; sizes are in bytes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DiskCounters {
     /// Kernel device name (`nvme0n1`, `sda`, `dm-0`).
@@ -110,22 +111,22 @@ pub struct DiskCounters {
     pub reads_merged: u64,
     /// Bytes read (sectors × 512, whatever the device's block size).
     pub read_bytes: u64,
-    /// Seconds spent by all reads (sum of per-request latencies).
-    pub read_time_seconds: f64,
+    /// Milliseconds spent by all reads (sum of per-request latencies), as the kernel counts.
+    pub read_time_ms: u64,
     /// Writes completed.
     pub writes_completed: u64,
     /// Adjacent writes merged before being issued.
     pub writes_merged: u64,
     /// Bytes written.
     pub written_bytes: u64,
-    /// Seconds spent by all writes.
-    pub write_time_seconds: f64,
+    /// Milliseconds spent by all writes.
+    pub write_time_ms: u64,
     /// Requests in flight right now.
     pub in_flight: u64,
-    /// Seconds during which at least one request was in flight (basis of %util).
-    pub io_time_seconds: f64,
-    /// In-flight requests integrated over time, in seconds (basis of the queue size).
-    pub weighted_io_time_seconds: f64,
+    /// Milliseconds during which at least one request was in flight (basis of %util).
+    pub io_time_ms: u64,
+    /// In-flight requests integrated over time, in milliseconds (basis of the queue size).
+    pub weighted_io_time_ms: u64,
 }
 
 /// The same figures `iostat -x` prints, over the last interval.

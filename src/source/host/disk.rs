@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::super::{counter_delta, elapsed_since, HostRoots, Previous, Source, SourceError};
+use super::super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::DiskSource as DiskConfig;
 use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot};
 
@@ -35,20 +35,19 @@ fn parse_line(line: &str) -> Result<DiskCounters, String> {
     }
     let [reads, reads_merged, sectors_read, read_ms, writes, writes_merged, sectors_written, write_ms, in_flight, io_ms, weighted_ms] =
         numbers;
-    let seconds = |ms: u64| ms as f64 / 1000.0;
     Ok(DiskCounters {
         name: fields[2].to_string(),
         reads_completed: reads,
         reads_merged,
         read_bytes: sectors_read.saturating_mul(SECTOR_BYTES),
-        read_time_seconds: seconds(read_ms),
+        read_time_ms: read_ms,
         writes_completed: writes,
         writes_merged,
         written_bytes: sectors_written.saturating_mul(SECTOR_BYTES),
-        write_time_seconds: seconds(write_ms),
+        write_time_ms: write_ms,
         in_flight,
-        io_time_seconds: seconds(io_ms),
-        weighted_io_time_seconds: seconds(weighted_ms),
+        io_time_ms: io_ms,
+        weighted_io_time_ms: weighted_ms,
     })
 }
 
@@ -59,19 +58,16 @@ pub fn disk_rates(
     current: &DiskCounters,
     seconds: f64,
 ) -> Option<DiskRates> {
-    let d = |p: f64, c: f64| counter_delta(p, c);
-    let d_u = |p: u64, c: u64| counter_delta(p as f64, c as f64);
-    let reads = d_u(previous.reads_completed, current.reads_completed)?;
-    let writes = d_u(previous.writes_completed, current.writes_completed)?;
-    let read_bytes = d_u(previous.read_bytes, current.read_bytes)?;
-    let written_bytes = d_u(previous.written_bytes, current.written_bytes)?;
-    let read_time = d(previous.read_time_seconds, current.read_time_seconds)?;
-    let write_time = d(previous.write_time_seconds, current.write_time_seconds)?;
-    let io_time = d(previous.io_time_seconds, current.io_time_seconds)?;
-    let weighted = d(
-        previous.weighted_io_time_seconds,
-        current.weighted_io_time_seconds,
-    )?;
+    // Integer deltas keep iostat's arithmetic exact; times become seconds only at the end.
+    let d = |p: u64, c: u64| c.checked_sub(p).map(|d| d as f64);
+    let reads = d(previous.reads_completed, current.reads_completed)?;
+    let writes = d(previous.writes_completed, current.writes_completed)?;
+    let read_bytes = d(previous.read_bytes, current.read_bytes)?;
+    let written_bytes = d(previous.written_bytes, current.written_bytes)?;
+    let read_time = d(previous.read_time_ms, current.read_time_ms)? / 1000.0;
+    let write_time = d(previous.write_time_ms, current.write_time_ms)? / 1000.0;
+    let io_time = d(previous.io_time_ms, current.io_time_ms)? / 1000.0;
+    let weighted = d(previous.weighted_io_time_ms, current.weighted_io_time_ms)? / 1000.0;
     let mean = |total: f64, count: f64| if count > 0.0 { total / count } else { 0.0 };
     Some(DiskRates {
         // io_time can exceed the interval by a tick when the two reads straddle a jiffy.
@@ -176,12 +172,12 @@ mod tests {
         assert_eq!(vda.name, "vda");
         assert_eq!(vda.reads_completed, 28678);
         assert_eq!(vda.read_bytes, 2292266 * 512);
-        assert_eq!(vda.read_time_seconds, 6.16);
+        assert_eq!(vda.read_time_ms, 6160);
         assert_eq!(vda.writes_completed, 7187);
         assert_eq!(vda.written_bytes, 1707896 * 512);
         assert_eq!(vda.in_flight, 0);
-        assert_eq!(vda.io_time_seconds, 6.448);
-        assert_eq!(vda.weighted_io_time_seconds, 9.162);
+        assert_eq!(vda.io_time_ms, 6448);
+        assert_eq!(vda.weighted_io_time_ms, 9162);
         assert_eq!(disks[1].name, "vda1");
     }
 
@@ -200,30 +196,30 @@ mod tests {
 
     fn counters(
         reads: u64,
-        read_ms: f64,
+        read_ms: u64,
         writes: u64,
-        write_ms: f64,
-        io_ms: f64,
-        weighted_ms: f64,
+        write_ms: u64,
+        io_ms: u64,
+        weighted_ms: u64,
     ) -> DiskCounters {
         DiskCounters {
             name: "sda".into(),
             reads_completed: reads,
             read_bytes: reads * 4096,
-            read_time_seconds: read_ms / 1000.0,
+            read_time_ms: read_ms,
             writes_completed: writes,
             written_bytes: writes * 8192,
-            write_time_seconds: write_ms / 1000.0,
-            io_time_seconds: io_ms / 1000.0,
-            weighted_io_time_seconds: weighted_ms / 1000.0,
+            write_time_ms: write_ms,
+            io_time_ms: io_ms,
+            weighted_io_time_ms: weighted_ms,
             ..DiskCounters::default()
         }
     }
 
     #[test]
     fn rates_follow_iostat_formulas() {
-        let before = counters(100, 50.0, 10, 20.0, 100.0, 200.0);
-        let after = counters(300, 450.0, 60, 520.0, 1100.0, 2200.0);
+        let before = counters(100, 50, 10, 20, 100, 200);
+        let after = counters(300, 450, 60, 520, 1100, 2200);
         let rates = disk_rates(&before, &after, 2.0).unwrap();
         assert_eq!(rates.reads_per_second, 100.0);
         assert_eq!(rates.writes_per_second, 25.0);
@@ -237,11 +233,11 @@ mod tests {
 
     #[test]
     fn idle_device_has_zero_await_and_full_util_is_capped() {
-        let before = counters(5, 5.0, 5, 5.0, 0.0, 0.0);
+        let before = counters(5, 5, 5, 5, 0, 0);
         let idle = disk_rates(&before, &before, 1.0).unwrap();
         assert_eq!(idle.read_await_seconds, 0.0);
         assert_eq!(idle.utilization_ratio, 0.0);
-        let straddling = counters(5, 5.0, 5, 5.0, 1004.0, 0.0);
+        let straddling = counters(5, 5, 5, 5, 1004, 0);
         assert_eq!(
             disk_rates(&before, &straddling, 1.0)
                 .unwrap()
@@ -252,8 +248,8 @@ mod tests {
 
     #[test]
     fn counter_reset_gives_no_rates() {
-        let before = counters(100, 50.0, 10, 20.0, 100.0, 200.0);
-        let reattached = counters(3, 1.0, 0, 0.0, 2.0, 2.0);
+        let before = counters(100, 50, 10, 20, 100, 200);
+        let reattached = counters(3, 1, 0, 0, 2, 2);
         assert_eq!(disk_rates(&before, &reattached, 1.0), None);
     }
 

@@ -1,0 +1,103 @@
+//! Helpers shared by the integration tests: a strict exposition parser, a tiny HTTP client
+//! and a handle on the real exporter binary.
+#![allow(dead_code)] // each test binary uses a different subset
+
+pub mod exposition;
+pub mod http;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The exporter binary Cargo built for this test run.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_gpu-bottleneck-exporter")
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A loopback address with a port that was free a moment ago.
+pub fn free_address() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().unwrap()
+}
+
+/// A fresh empty directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("gbe-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running exporter, killed on drop.
+pub struct Exporter {
+    pub child: Child,
+    pub address: SocketAddr,
+}
+
+impl Exporter {
+    /// Starts the binary listening on a free loopback port with the extra `args`.
+    pub fn start(args: &[&str]) -> Exporter {
+        let address = free_address();
+        let child = Command::new(binary())
+            .arg("serve")
+            .arg("--listen")
+            .arg(address.to_string())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the exporter");
+        let exporter = Exporter { child, address };
+        exporter.wait_for(|| {
+            http::get(address, "/healthz", &[])
+                .map(|r| r.status == 200)
+                .unwrap_or(false)
+        });
+        exporter
+    }
+
+    /// Polls `condition` every 20 ms for up to 10 s.
+    pub fn wait_for(&self, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if condition() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("condition not met within 10 s");
+    }
+
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> http::Response {
+        http::get(self.address, path, headers).expect("HTTP request")
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

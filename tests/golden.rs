@@ -1,0 +1,264 @@
+//! Fixture /proc trees → exposition, compared with golden files, checked by the strict parser,
+//! and the metrics reference kept in step with what is really exported.
+//!
+//! Each scenario under tests/fixtures has a t0 and a t1 procfs tree one second apart; the
+//! sampler reads t0, then t1 (through a `proc` symlink that is swapped between ticks).
+//! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites tests/golden/ after a deliberate change.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::exposition::{self as strict, value, Family};
+use gpu_bottleneck_exporter::config::Config;
+use gpu_bottleneck_exporter::exposition::{render, Format};
+use gpu_bottleneck_exporter::sampler::Sampler;
+use gpu_bottleneck_exporter::source;
+
+const SCENARIOS: [&str; 3] = ["busy-node", "old-kernel", "broken-files"];
+
+/// Both formats of the second tick of a scenario, with run-dependent values pinned.
+fn scenario_output(name: &str) -> (String, String) {
+    let fixtures = common::repo_root().join("tests/fixtures").join(name);
+    let work = common::TempDir::new(name);
+    let link = work.path().join("proc");
+    let mut config = Config::default();
+    config.paths.procfs = link.clone();
+    config.paths.sysfs = fixtures.join("sys");
+    let mut sampler = Sampler::new(source::from_config(&config));
+    let mut snapshot = None;
+    for (tick, tree) in ["t0", "t1"].iter().enumerate() {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(fixtures.join(tree).join("proc"), &link).unwrap();
+        snapshot = Some(sampler.tick(Duration::from_secs(tick as u64)));
+    }
+    let mut snapshot = snapshot.unwrap();
+    for status in &mut snapshot.sources {
+        status.duration_seconds = 0.001; // wall time varies from run to run
+    }
+    let exposition = render(&snapshot, 0.004, Instant::now());
+    let pin = |format| {
+        let body = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
+        let commit = body.find("commit=\"").unwrap() + 8;
+        let end = commit + body[commit..].find('"').unwrap();
+        // The commit changes with every build; error messages embed the temp path.
+        format!("{}test{}", &body[..commit], &body[end..])
+    };
+    (pin(Format::Text), pin(Format::OpenMetrics))
+}
+
+fn check_golden(path: &Path, actual: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .filter(|(e, a)| e != a)
+            .take(5)
+            .map(|(e, a)| format!("- {e}\n+ {a}"))
+            .collect();
+        panic!(
+            "{} differs from the output (UPDATE_GOLDEN=1 to accept):\n{}",
+            path.display(),
+            diff.join("\n")
+        );
+    }
+}
+
+#[test]
+fn golden_expositions_match_and_parse_strictly() {
+    for name in SCENARIOS {
+        let (text, openmetrics) = scenario_output(name);
+        strict::parse(&text, false).unwrap_or_else(|e| panic!("{name} text: {e}"));
+        strict::parse(&openmetrics, true).unwrap_or_else(|e| panic!("{name} openmetrics: {e}"));
+        let golden = common::repo_root().join("tests/golden");
+        check_golden(&golden.join(format!("{name}.prom")), &text);
+        check_golden(&golden.join(format!("{name}.om.txt")), &openmetrics);
+    }
+}
+
+/// Asserts `actual` is `Some(expected)` up to floating-point rounding.
+#[track_caller]
+fn assert_close(actual: Option<f64>, expected: f64) {
+    let actual = actual.unwrap_or_else(|| panic!("no value, expected {expected}"));
+    assert!(
+        (actual - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+        "{actual} != {expected}"
+    );
+}
+
+fn parsed(name: &str) -> Vec<Family> {
+    strict::parse(&scenario_output(name).0, false).unwrap()
+}
+
+#[test]
+fn busy_node_figures_match_hand_computation() {
+    let f = parsed("busy-node");
+    let disk = |metric: &str, device: &str| value(&f, metric, &[("device", device)]);
+    // nvme0n1: 950 ms busy, 2000 reads taking 12000 ms, 50 writes taking 100 ms, in 1 s.
+    assert_close(disk("gpu_host_disk_utilization_ratio", "nvme0n1"), 0.95);
+    assert_close(disk("gpu_host_disk_read_await_seconds", "nvme0n1"), 0.006);
+    assert_close(disk("gpu_host_disk_write_await_seconds", "nvme0n1"), 0.002);
+    assert_close(disk("gpu_host_disk_queue_size", "nvme0n1"), 12.1);
+    assert_close(
+        disk("gpu_host_disk_read_bytes_per_second", "nvme0n1"),
+        1024000.0 * 512.0,
+    );
+    assert_close(disk("gpu_host_disk_in_flight_requests", "nvme0n1"), 7.0);
+    // dm-0's counters went back (re-attached): counters shown, no rates.
+    assert_close(disk("gpu_host_disk_reads_completed_total", "dm-0"), 12.0);
+    assert_eq!(disk("gpu_host_disk_utilization_ratio", "dm-0"), None);
+    // sdb appeared at t1: counters but no rates yet; sdc vanished; partition and loop excluded.
+    assert_close(disk("gpu_host_disk_reads_completed_total", "sdb"), 20.0);
+    assert_eq!(disk("gpu_host_disk_utilization_ratio", "sdb"), None);
+    for absent in ["sdc", "nvme0n1p1", "loop0"] {
+        assert_eq!(
+            disk("gpu_host_disk_reads_completed_total", absent),
+            None,
+            "{absent}"
+        );
+    }
+    // iowait went from 49.90 s to 49.90 - 0.10 s: a zero share, never negative.
+    assert_close(value(&f, "gpu_host_cpu_iowait_ratio", &[]), 0.0);
+    assert_close(
+        value(&f, "gpu_host_cpu_seconds_total", &[("mode", "iowait")]),
+        49.9,
+    );
+    assert_close(value(&f, "gpu_host_tasks_blocked", &[]), 4.0);
+    assert_close(value(&f, "gpu_host_cpus", &[]), 4.0);
+    // PSI io: 0.6 s some and 0.4 s full stalled in 1 s.
+    let psi = |resource: &str, kind: &str| {
+        value(
+            &f,
+            "gpu_host_pressure_stalled_ratio",
+            &[("resource", resource), ("kind", kind)],
+        )
+    };
+    assert_close(psi("io", "some"), 0.6);
+    assert_close(psi("io", "full"), 0.4);
+    assert_close(psi("memory", "some"), 0.0);
+    // 250 pages swapped out in 1 s.
+    assert_close(
+        value(&f, "gpu_host_swap_out_bytes_per_second", &[]),
+        250.0 * 4096.0,
+    );
+}
+
+#[test]
+fn old_kernel_reports_pressure_unsupported_not_failed() {
+    let f = parsed("old-kernel");
+    let source = |metric: &str, name: &str| value(&f, metric, &[("source", name)]);
+    assert_close(source("gpu_exporter_source_supported", "pressure"), 0.0);
+    assert_close(source("gpu_exporter_source_up", "pressure"), 0.0);
+    assert_close(source("gpu_exporter_source_errors_total", "pressure"), 0.0);
+    assert_eq!(value(&f, "gpu_host_pressure_stalled_ratio", &[]), None);
+    assert_close(
+        value(&f, "gpu_host_cpu_seconds_total", &[("mode", "steal")]),
+        0.0,
+    );
+    assert_close(
+        value(
+            &f,
+            "gpu_host_disk_write_await_seconds",
+            &[("device", "sda")],
+        ),
+        0.002,
+    );
+}
+
+#[test]
+fn broken_files_degrade_only_their_own_source() {
+    let f = parsed("broken-files");
+    let source = |metric: &str, name: &str| value(&f, metric, &[("source", name)]);
+    assert_close(source("gpu_exporter_source_up", "cpu"), 1.0);
+    assert_close(source("gpu_exporter_source_up", "disk"), 0.0);
+    assert_close(source("gpu_exporter_source_supported", "disk"), 1.0);
+    assert_close(source("gpu_exporter_source_errors_total", "disk"), 1.0);
+    assert_close(source("gpu_exporter_source_errors_total", "memory"), 2.0);
+    assert_eq!(value(&f, "gpu_host_disk_reads_completed_total", &[]), None);
+    assert_eq!(value(&f, "gpu_host_memory_total_bytes", &[]), None);
+    // A cpu pressure file without a `full` line (kernels before 5.13).
+    let psi = |kind: &str| {
+        value(
+            &f,
+            "gpu_host_pressure_stalled_ratio",
+            &[("resource", "cpu"), ("kind", kind)],
+        )
+    };
+    assert_close(psi("some"), 0.2);
+    assert_eq!(psi("full"), None);
+    assert_close(value(&f, "gpu_host_cpu_busy_ratio", &[]), 0.5);
+}
+
+/// (type, label names) per exposed sample name.
+fn exported_metrics() -> BTreeMap<String, (String, BTreeSet<String>)> {
+    let mut metrics = BTreeMap::new();
+    for name in SCENARIOS {
+        for family in strict::parse(&scenario_output(name).1, true).unwrap() {
+            for sample in family.samples {
+                let entry = metrics
+                    .entry(sample.name)
+                    .or_insert_with(|| (family.kind.clone(), BTreeSet::new()));
+                entry.1.extend(sample.labels.into_keys());
+            }
+        }
+    }
+    metrics
+}
+
+#[test]
+fn metrics_reference_matches_the_real_output_both_ways() {
+    let reference = std::fs::read_to_string(common::repo_root().join("docs/metrics.md")).unwrap();
+    let mut documented = BTreeMap::new();
+    for row in reference.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert!(cells.len() >= 5, "malformed reference row {row}");
+        let name = cells[0].trim_matches('`').to_string();
+        let labels: BTreeSet<String> = cells[3]
+            .split(',')
+            .map(|l| l.trim().trim_matches('`').to_string())
+            .filter(|l| !l.is_empty() && l != "—")
+            .collect();
+        assert!(
+            documented
+                .insert(name.clone(), (cells[1].to_string(), labels))
+                .is_none(),
+            "{name} documented twice"
+        );
+    }
+    let exported = exported_metrics();
+    let missing: Vec<_> = exported
+        .keys()
+        .filter(|k| !documented.contains_key(*k))
+        .collect();
+    let stale: Vec<_> = documented
+        .keys()
+        .filter(|k| !exported.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "exported but not in docs/metrics.md: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "in docs/metrics.md but never exported: {stale:?}"
+    );
+    for (name, actual) in &exported {
+        assert_eq!(
+            &documented[name], actual,
+            "type or labels of {name} differ from docs/metrics.md"
+        );
+    }
+}

@@ -218,9 +218,12 @@ fn per_disk(
     out.push(family);
 }
 
+/// A family and how to read its value from one item.
+type Field<T> = (&'static MetricDef, fn(&T) -> f64);
+
 fn disk_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
     let disks = &snapshot.disks;
-    let counters: [(&'static MetricDef, fn(&DiskCounters) -> f64); 11] = [
+    let counters: [Field<DiskCounters>; 11] = [
         (&DISK_READS, |c| c.reads_completed as f64),
         (&DISK_READS_MERGED, |c| c.reads_merged as f64),
         (&DISK_READ_BYTES, |c| c.read_bytes as f64),
@@ -236,7 +239,7 @@ fn disk_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
     for (def, get) in counters {
         per_disk(out, def, disks, |d| Some(get(&d.counters)));
     }
-    let rates: [(&'static MetricDef, fn(&DiskRates) -> f64); 8] = [
+    let rates: [Field<DiskRates>; 8] = [
         (&DISK_UTIL, |r| r.utilization_ratio),
         (&DISK_R_AWAIT, |r| r.read_await_seconds),
         (&DISK_W_AWAIT, |r| r.write_await_seconds),

@@ -57,7 +57,7 @@ impl HostRoots {
 /// Increase of a counter between two reads, or `None` if it went backwards (a reset, a
 /// re-attached device or a kernel that moved it back), so no negative rate is ever derived.
 pub fn counter_delta(previous: f64, current: f64) -> Option<f64> {
-    (current >= previous).then(|| current - previous)
+    (current >= previous).then_some(current - previous)
 }
 
 /// The previous counters of a source and when they were read.
@@ -74,6 +74,32 @@ pub fn elapsed_since<T>(previous: Option<&Previous<T>>, now: Duration) -> Option
     let previous = previous?;
     let seconds = now.checked_sub(previous.at)?.as_secs_f64();
     (seconds > 0.0).then_some((seconds, &previous.value))
+}
+
+/// The enabled sources, in the order the sampler runs them.
+pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
+    let roots = HostRoots {
+        procfs: config.paths.procfs.clone(),
+        sysfs: config.paths.sysfs.clone(),
+    };
+    let sources = &config.sources;
+    let mut enabled: Vec<Box<dyn Source>> = Vec::new();
+    if sources.cpu.enabled {
+        enabled.push(Box::new(host::cpu::CpuSource::new(roots.clone())));
+    }
+    if sources.disk.enabled {
+        enabled.push(Box::new(host::disk::DiskSource::new(
+            roots.clone(),
+            sources.disk.clone(),
+        )));
+    }
+    if sources.pressure.enabled {
+        enabled.push(Box::new(host::pressure::PressureSource::new(roots.clone())));
+    }
+    if sources.memory.enabled {
+        enabled.push(Box::new(host::memory::MemorySource::new(roots)));
+    }
+    enabled
 }
 
 #[cfg(test)]
@@ -101,30 +127,4 @@ mod tests {
         assert_eq!(elapsed_since(Some(&previous), Duration::from_secs(2)), None);
         assert_eq!(elapsed_since(Some(&previous), Duration::from_secs(1)), None);
     }
-}
-
-/// The enabled sources, in the order the sampler runs them.
-pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
-    let roots = HostRoots {
-        procfs: config.paths.procfs.clone(),
-        sysfs: config.paths.sysfs.clone(),
-    };
-    let sources = &config.sources;
-    let mut enabled: Vec<Box<dyn Source>> = Vec::new();
-    if sources.cpu.enabled {
-        enabled.push(Box::new(host::cpu::CpuSource::new(roots.clone())));
-    }
-    if sources.disk.enabled {
-        enabled.push(Box::new(host::disk::DiskSource::new(
-            roots.clone(),
-            sources.disk.clone(),
-        )));
-    }
-    if sources.pressure.enabled {
-        enabled.push(Box::new(host::pressure::PressureSource::new(roots.clone())));
-    }
-    if sources.memory.enabled {
-        enabled.push(Box::new(host::memory::MemorySource::new(roots)));
-    }
-    enabled
 }

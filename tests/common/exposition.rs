@@ -119,7 +119,9 @@ pub fn parse(text: &str, openmetrics: bool) -> Result<Vec<Family>, String> {
                     family.name
                 )));
             }
-            if (family.kind == "counter" || family.kind == "info") && !(sample.value >= 0.0) {
+            if (family.kind == "counter" || family.kind == "info")
+                && (sample.value.is_nan() || sample.value < 0.0)
+            {
                 return Err(at("counter or info value is negative or NaN".into()));
             }
             if family.kind == "info" && sample.value != 1.0 {

@@ -84,9 +84,9 @@ pub fn disk_rates(
 
 /// Whether a device is reported: include/exclude regexes by name, partitions only if asked.
 pub fn is_selected(name: &str, is_partition: bool, config: &DiskConfig) -> bool {
-    (config.include_partitions || !is_partition)
-        && (config.include.is_empty() || config.include.0.is_match(name))
-        && !(!config.exclude.is_empty() && config.exclude.0.is_match(name))
+    let included = config.include.is_empty() || config.include.0.is_match(name);
+    let excluded = !config.exclude.is_empty() && config.exclude.0.is_match(name);
+    (config.include_partitions || !is_partition) && included && !excluded
 }
 
 /// The disk source.

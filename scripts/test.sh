@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
+# Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
+# and the Python `prometheus_client` package whose OpenMetrics parser is strict.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+missing=()
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v iostat >/dev/null || missing+=(sysstat)
+if ((${#missing[@]})); then
+  step "installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! python3 -c 'import prometheus_client' 2>/dev/null; then
+  step "installing prometheus_client (Python)"
+  python3 -m pip install -q prometheus_client 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages prometheus_client
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test"
+cargo test --all-targets
+
+step "golden expositions: promtool check metrics and the strict OpenMetrics parser"
+for file in tests/golden/*.prom; do
+  promtool check metrics <"$file"
+done
+python3 scripts/check_exposition.py --openmetrics tests/golden/*.om.txt
+
+step "the real binary on this host: /metrics through promtool and the OpenMetrics parser"
+python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter
+
+echo
+echo "all checks passed"

@@ -1,0 +1,4 @@
+//! Builds the shared fake with the symbols of newer drivers left out.
+fn main() {
+    println!("cargo:rustc-cfg=old_driver");
+}

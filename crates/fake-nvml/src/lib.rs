@@ -1,0 +1,929 @@
+//! A fake `libnvidia-ml.so.1` for tests, where no GPU exists.
+//!
+//! It exports the subset of the NVML C ABI that the exporter calls, with the real struct
+//! layouts (taken from `nvml-wrapper-sys`, generated from nvml.h), and answers from a scenario
+//! file named by `FAKE_NVML_SCENARIO`. The file is re-read whenever it changes, so a test can
+//! make a GPU fall off the bus, a process start or exit, or a call hang, while the exporter runs.
+//!
+//! It behaves like the real library where the exporter depends on it: handles are opaque,
+//! a lost GPU answers `GPU_IS_LOST` to every call (its handle lookup included) while the device
+//! count still includes it, "no samples newer than the last seen timestamp" is `NOT_FOUND`,
+//! list calls answer `INSUFFICIENT_SIZE` with the needed count, and sample timestamps are
+//! microseconds on a clock of the driver's own. Built as `fake-nvml-old`, the functions marked
+//! `cfg(not(old_driver))` are not exported at all, as with an old driver.
+#![allow(dead_code, unused_imports)] // the old-driver build leaves some helpers unused
+#![allow(non_snake_case, non_upper_case_globals)] // the C names
+#![allow(clippy::missing_safety_doc)] // every export follows the NVML contract for its pointers
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use nvml_wrapper_sys::bindings::*;
+use serde::Deserialize;
+
+// ---------------------------------------------------------------------------------------------
+// Scenario file
+// ---------------------------------------------------------------------------------------------
+
+/// The whole fake machine.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Scenario {
+    /// What nvmlInit_v2 answers, e.g. `driver_not_loaded`; none means success.
+    init_error: Option<String>,
+    driver_version: String,
+    nvml_version: String,
+    cuda_driver_version: i32,
+    devices: Vec<Device>,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            init_error: None,
+            driver_version: "550.54.15".into(),
+            nvml_version: "12.550.54.15".into(),
+            cuda_driver_version: 12040,
+            devices: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Device {
+    uuid: String,
+    name: String,
+    pci_bus_id: String,
+    numa_node: Option<u32>,
+    /// CPU affinity bitmask words (64 CPUs per word).
+    cpu_affinity: Vec<u64>,
+    memory_total: u64,
+    memory_used: u64,
+    memory_reserved: u64,
+    utilization_gpu: u32,
+    utilization_memory: u32,
+    /// GPU utilization samples repeat this pattern, one value per `sample_period_ms`.
+    samples: Vec<u32>,
+    sample_period_ms: u64,
+    temperature: u32,
+    slowdown_temperature: u32,
+    shutdown_temperature: u32,
+    power_mw: u32,
+    power_limit_mw: u32,
+    /// Energy counter at library load; it then grows by power × time, as a real one does.
+    energy_mj: u64,
+    clock_sm_mhz: u32,
+    clock_memory_mhz: u32,
+    clock_graphics_mhz: u32,
+    max_clock_sm_mhz: u32,
+    max_clock_memory_mhz: u32,
+    max_clock_graphics_mhz: u32,
+    throttle_reasons: u64,
+    pcie_generation: u32,
+    pcie_width: u32,
+    pcie_max_generation: u32,
+    pcie_max_width: u32,
+    pcie_tx_kbps: u32,
+    pcie_rx_kbps: u32,
+    pcie_replays: u32,
+    ecc_corrected: u64,
+    ecc_uncorrected: u64,
+    processes: Vec<Process>,
+    /// Fallen off the bus: every call answers GPU_IS_LOST.
+    lost: bool,
+    /// Function name → error it answers (`not_supported`, `gpu_lost`, `insufficient_size`, ...).
+    errors: HashMap<String, String>,
+    /// Function name → milliseconds it blocks before answering.
+    delays_ms: HashMap<String, u64>,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Device {
+            uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:17:00.0".into(),
+            numa_node: Some(0),
+            cpu_affinity: vec![0xffff],
+            memory_total: 85_899_345_920,
+            memory_used: 0,
+            memory_reserved: 536_870_912,
+            utilization_gpu: 0,
+            utilization_memory: 0,
+            samples: Vec::new(),
+            sample_period_ms: 167,
+            temperature: 35,
+            slowdown_temperature: 87,
+            shutdown_temperature: 92,
+            power_mw: 70_000,
+            power_limit_mw: 700_000,
+            energy_mj: 1_000_000,
+            clock_sm_mhz: 1980,
+            clock_memory_mhz: 2619,
+            clock_graphics_mhz: 1980,
+            max_clock_sm_mhz: 1980,
+            max_clock_memory_mhz: 2619,
+            max_clock_graphics_mhz: 1980,
+            throttle_reasons: 0,
+            pcie_generation: 5,
+            pcie_width: 16,
+            pcie_max_generation: 5,
+            pcie_max_width: 16,
+            pcie_tx_kbps: 0,
+            pcie_rx_kbps: 0,
+            pcie_replays: 0,
+            ecc_corrected: 0,
+            ecc_uncorrected: 0,
+            processes: Vec::new(),
+            lost: false,
+            errors: HashMap::new(),
+            delays_ms: HashMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Process {
+    pid: u32,
+    used_memory: u64,
+    /// `compute` (default) or `graphics`.
+    #[serde(default = "compute")]
+    kind: String,
+    /// SM and memory utilization in percent, reported in per-process samples when set.
+    sm: Option<u32>,
+    #[serde(default)]
+    mem: u32,
+}
+
+fn compute() -> String {
+    "compute".into()
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------------------------
+
+struct State {
+    path: PathBuf,
+    modified: Option<SystemTime>,
+    scenario: Scenario,
+    initialised: u32,
+}
+
+/// Microseconds of the fake driver clock at library load; deliberately not wall time.
+const CLOCK_BASE_US: u64 = 1_700_000_000_000_000;
+
+fn loaded_at() -> Instant {
+    static LOADED: OnceLock<Instant> = OnceLock::new();
+    *LOADED.get_or_init(Instant::now)
+}
+
+fn driver_clock_us() -> u64 {
+    CLOCK_BASE_US + loaded_at().elapsed().as_micros() as u64
+}
+
+fn state() -> MutexGuard<'static, Option<State>> {
+    static STATE: Mutex<Option<State>> = Mutex::new(None);
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn read_scenario(path: &PathBuf) -> Result<(Scenario, Option<SystemTime>), String> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let scenario = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((scenario, modified))
+}
+
+/// Re-reads the scenario when its file changed. A file caught half-written keeps the old one.
+fn refresh(state: &mut State) {
+    let modified = std::fs::metadata(&state.path)
+        .and_then(|m| m.modified())
+        .ok();
+    if modified != state.modified {
+        if let Ok((scenario, modified)) = read_scenario(&state.path) {
+            state.scenario = scenario;
+            state.modified = modified;
+        }
+    }
+}
+
+fn error_code(name: &str) -> nvmlReturn_t {
+    match name {
+        "uninitialized" => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
+        "invalid_argument" => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        "not_supported" => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        "no_permission" => nvmlReturn_enum_NVML_ERROR_NO_PERMISSION,
+        "not_found" => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+        "insufficient_size" => nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE,
+        "driver_not_loaded" => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
+        "timeout" => nvmlReturn_enum_NVML_ERROR_TIMEOUT,
+        "gpu_lost" => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        _ => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
+    }
+}
+
+const SUCCESS: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
+
+/// Runs a device call: checks initialisation and the handle, applies the device's injected
+/// delay (outside the lock, so other GPUs keep answering) and error, then `answer`.
+unsafe fn device_call(
+    device: nvmlDevice_t,
+    function: &str,
+    answer: impl FnOnce(&Device) -> nvmlReturn_t,
+) -> nvmlReturn_t {
+    let found = {
+        let mut guard = state();
+        let Some(state) = guard.as_mut().filter(|s| s.initialised > 0) else {
+            return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+        };
+        refresh(state);
+        let index = (device as usize).wrapping_sub(1);
+        state.scenario.devices.get(index).cloned()
+    };
+    let Some(found) = found else {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    };
+    if let Some(ms) = found.delays_ms.get(function) {
+        std::thread::sleep(Duration::from_millis(*ms));
+    }
+    if found.lost {
+        return nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+    }
+    if let Some(error) = found.errors.get(function) {
+        return error_code(error);
+    }
+    answer(&found)
+}
+
+unsafe fn write_c_string(text: &str, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    if out.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() + 1 > length as usize {
+        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
+    *out.add(bytes.len()) = 0;
+    SUCCESS
+}
+
+unsafe fn set<T>(out: *mut T, value: T) -> nvmlReturn_t {
+    if out.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *out = value;
+    SUCCESS
+}
+
+// ---------------------------------------------------------------------------------------------
+// Library and system
+// ---------------------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    loaded_at();
+    let Some(path) = std::env::var_os("FAKE_NVML_SCENARIO").map(PathBuf::from) else {
+        return nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+    };
+    let Ok((scenario, modified)) = read_scenario(&path) else {
+        return nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+    };
+    if let Some(error) = &scenario.init_error {
+        return error_code(error);
+    }
+    let mut guard = state();
+    let initialised = guard.as_ref().map_or(0, |s| s.initialised) + 1;
+    *guard = Some(State {
+        path,
+        modified,
+        scenario,
+        initialised,
+    });
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
+    nvmlInit_v2()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    let mut guard = state();
+    match guard.as_mut() {
+        Some(state) if state.initialised > 0 => {
+            state.initialised -= 1;
+            SUCCESS
+        }
+        _ => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
+    let text: &'static [u8] = match result {
+        0 => b"Success\0",
+        3 => b"Not Supported\0",
+        6 => b"Not Found\0",
+        7 => b"Insufficient Size\0",
+        9 => b"Driver Not Loaded\0",
+        15 => b"GPU is lost\0",
+        _ => b"Unknown Error\0",
+    };
+    text.as_ptr() as *const c_char
+}
+
+/// Runs a system call on the current scenario, `UNINITIALIZED` before nvmlInit.
+fn with_scenario(answer: impl FnOnce(&Scenario) -> nvmlReturn_t) -> nvmlReturn_t {
+    let mut guard = state();
+    match guard.as_mut().filter(|s| s.initialised > 0) {
+        Some(state) => {
+            refresh(state);
+            answer(&state.scenario)
+        }
+        None => nvmlReturn_enum_NVML_ERROR_UNINITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    with_scenario(|s| write_c_string(&s.driver_version, version, length))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    with_scenario(|s| write_c_string(&s.nvml_version, version, length))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> nvmlReturn_t {
+    with_scenario(|s| set(version, s.cuda_driver_version))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
+    // A lost GPU still counts, as with the real driver.
+    with_scenario(|s| set(count, s.devices.len() as c_uint))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    with_scenario(|s| match s.devices.get(index as usize) {
+        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        Some(d) if d.lost => nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST,
+        Some(_) => set(device, (index as usize + 1) as nvmlDevice_t),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(
+    device: nvmlDevice_t,
+    index: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetIndex", |_| {
+        set(index, (device as usize - 1) as c_uint)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: nvmlDevice_t,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetUUID", |d| {
+        write_c_string(&d.uuid, uuid, length)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: nvmlDevice_t,
+    name: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetName", |d| {
+        write_c_string(&d.name, name, length)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
+    device: nvmlDevice_t,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPciInfo_v3", |d| {
+        if pci.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let mut info: nvmlPciInfo_t = std::mem::zeroed();
+        let parts: Vec<u32> = d
+            .pci_bus_id
+            .split([':', '.'])
+            .map(|p| u32::from_str_radix(p, 16).unwrap_or(0))
+            .collect();
+        info.domain = parts.first().copied().unwrap_or(0);
+        info.bus = parts.get(1).copied().unwrap_or(0);
+        info.device = parts.get(2).copied().unwrap_or(0);
+        info.pciDeviceId = 0x2330_10de;
+        info.pciSubSystemId = 0x16c1_10de;
+        let legacy = format!("{:04x}:{:02x}:{:02x}.0", info.domain, info.bus, info.device);
+        write_c_string(
+            &d.pci_bus_id,
+            info.busId.as_mut_ptr(),
+            info.busId.len() as c_uint,
+        );
+        write_c_string(
+            &legacy,
+            info.busIdLegacy.as_mut_ptr(),
+            info.busIdLegacy.len() as c_uint,
+        );
+        *pci = info;
+        SUCCESS
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
+    device: nvmlDevice_t,
+    node: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetNumaNodeId", |d| match d.numa_node {
+        Some(n) => set(node, n),
+        None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCpuAffinity(
+    device: nvmlDevice_t,
+    size: c_uint,
+    cpus: *mut c_ulong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetCpuAffinity", |d| {
+        if cpus.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        for i in 0..size as usize {
+            *cpus.add(i) = d.cpu_affinity.get(i).copied().unwrap_or(0) as c_ulong;
+        }
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Utilization and samples
+// ---------------------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    rates: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetUtilizationRates", |d| {
+        set(
+            rates,
+            nvmlUtilization_t {
+                gpu: d.utilization_gpu,
+                memory: d.utilization_memory,
+            },
+        )
+    })
+}
+
+/// The samples the driver's ring buffer holds now, newer than `last_seen`: one every
+/// `sample_period_ms` on the driver clock, at most the last 120 (about 20 s).
+fn buffered_samples(d: &Device, kind: nvmlSamplingType_t, last_seen: u64) -> Vec<(u64, u32)> {
+    let period = d.sample_period_ms.max(1) * 1000;
+    let now = driver_clock_us();
+    let newest = (now - CLOCK_BASE_US) / period;
+    let oldest = newest.saturating_sub(119);
+    (oldest..=newest)
+        .map(|k| {
+            let value = match kind {
+                nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES => d.utilization_memory,
+                _ if d.samples.is_empty() => d.utilization_gpu,
+                _ => d.samples[(k % d.samples.len() as u64) as usize],
+            };
+            (CLOCK_BASE_US + k * period, value)
+        })
+        .filter(|(timestamp, _)| *timestamp > last_seen)
+        .collect()
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSamples(
+    device: nvmlDevice_t,
+    kind: nvmlSamplingType_t,
+    last_seen: c_ulonglong,
+    value_type: *mut nvmlValueType_t,
+    count: *mut c_uint,
+    samples: *mut nvmlSample_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetSamples", |d| {
+        if kind != nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES
+            && kind != nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES
+        {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        if count.is_null() || value_type.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let buffered = buffered_samples(d, kind, last_seen);
+        if buffered.is_empty() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        *value_type = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+        if samples.is_null() {
+            *count = buffered.len() as c_uint;
+            return SUCCESS;
+        }
+        let written = buffered.len().min(*count as usize);
+        for (i, (timestamp, value)) in buffered.iter().take(written).enumerate() {
+            *samples.add(i) = nvmlSample_t {
+                timeStamp: *timestamp,
+                sampleValue: nvmlValue_t { uiVal: *value },
+            };
+        }
+        *count = written as c_uint;
+        SUCCESS
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetProcessUtilization", |d| {
+        if count.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // Each active process has one sample at the newest tick of the sample grid.
+        let newest = buffered_samples(
+            d,
+            nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES,
+            last_seen,
+        )
+        .last()
+        .map(|(timestamp, _)| *timestamp);
+        let active: Vec<nvmlProcessUtilizationSample_t> = match newest {
+            None => Vec::new(),
+            Some(timestamp) => d
+                .processes
+                .iter()
+                .filter_map(|p| {
+                    Some(nvmlProcessUtilizationSample_t {
+                        pid: p.pid,
+                        timeStamp: timestamp,
+                        smUtil: p.sm?,
+                        memUtil: p.mem,
+                        encUtil: 0,
+                        decUtil: 0,
+                    })
+                })
+                .collect(),
+        };
+        if active.is_empty() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        if utilization.is_null() || (*count as usize) < active.len() {
+            *count = active.len() as c_uint;
+            return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+        }
+        for (i, sample) in active.iter().enumerate() {
+            *utilization.add(i) = *sample;
+        }
+        *count = active.len() as c_uint;
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory, thermals, power, clocks
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |d| {
+        if memory.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // NVML_STRUCT_VERSION(Memory, 2): the caller must say which layout it passes.
+        let expected = (std::mem::size_of::<nvmlMemory_v2_t>() | (2 << 24)) as c_uint;
+        if (*memory).version != expected {
+            return nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        }
+        (*memory).total = d.memory_total;
+        (*memory).reserved = d.memory_reserved;
+        (*memory).used = d.memory_used;
+        (*memory).free = d
+            .memory_total
+            .saturating_sub(d.memory_used + d.memory_reserved);
+        SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensor: nvmlTemperatureSensors_t,
+    temperature: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTemperature", |d| {
+        if sensor != nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        set(temperature, d.temperature)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
+    device: nvmlDevice_t,
+    threshold: nvmlTemperatureThresholds_t,
+    temperature: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(
+        device,
+        "nvmlDeviceGetTemperatureThreshold",
+        |d| match threshold {
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_SHUTDOWN => {
+                set(temperature, d.shutdown_temperature)
+            }
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_SLOWDOWN => {
+                set(temperature, d.slowdown_temperature)
+            }
+            _ => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
+    device: nvmlDevice_t,
+    power: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPowerUsage", |d| {
+        set(power, d.power_mw)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
+    device: nvmlDevice_t,
+    limit: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetEnforcedPowerLimit", |d| {
+        set(limit, d.power_limit_mw)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTotalEnergyConsumption", |d| {
+        let since_load_ms = loaded_at().elapsed().as_millis() as u64;
+        set(
+            energy,
+            d.energy_mj + d.power_mw as u64 * since_load_ms / 1000,
+        )
+    })
+}
+
+fn clock_of(d: &Device, clock: nvmlClockType_t, max: bool) -> Option<u32> {
+    match (clock, max) {
+        (nvmlClockType_enum_NVML_CLOCK_SM, false) => Some(d.clock_sm_mhz),
+        (nvmlClockType_enum_NVML_CLOCK_MEM, false) => Some(d.clock_memory_mhz),
+        (nvmlClockType_enum_NVML_CLOCK_GRAPHICS, false) => Some(d.clock_graphics_mhz),
+        (nvmlClockType_enum_NVML_CLOCK_SM, true) => Some(d.max_clock_sm_mhz),
+        (nvmlClockType_enum_NVML_CLOCK_MEM, true) => Some(d.max_clock_memory_mhz),
+        (nvmlClockType_enum_NVML_CLOCK_GRAPHICS, true) => Some(d.max_clock_graphics_mhz),
+        _ => None,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    device: nvmlDevice_t,
+    clock: nvmlClockType_t,
+    mhz: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetClockInfo", |d| {
+        match clock_of(d, clock, false) {
+            Some(value) => set(mhz, value),
+            None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: nvmlDevice_t,
+    clock: nvmlClockType_t,
+    mhz: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMaxClockInfo", |d| {
+        match clock_of(d, clock, true) {
+            Some(value) => set(mhz, value),
+            None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        }
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    device: nvmlDevice_t,
+    reasons: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetCurrentClocksThrottleReasons", |d| {
+        set(reasons, d.throttle_reasons)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// PCIe and ECC
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(
+    device: nvmlDevice_t,
+    generation: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetCurrPcieLinkGeneration", |d| {
+        set(generation, d.pcie_generation)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(
+    device: nvmlDevice_t,
+    width: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetCurrPcieLinkWidth", |d| {
+        set(width, d.pcie_width)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkGeneration(
+    device: nvmlDevice_t,
+    generation: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMaxPcieLinkGeneration", |d| {
+        set(generation, d.pcie_max_generation)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkWidth(
+    device: nvmlDevice_t,
+    width: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMaxPcieLinkWidth", |d| {
+        set(width, d.pcie_max_width)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPcieThroughput(
+    device: nvmlDevice_t,
+    counter: nvmlPcieUtilCounter_t,
+    kbps: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPcieThroughput", |d| match counter {
+        nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_TX_BYTES => set(kbps, d.pcie_tx_kbps),
+        nvmlPcieUtilCounter_enum_NVML_PCIE_UTIL_RX_BYTES => set(kbps, d.pcie_rx_kbps),
+        _ => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPcieReplayCounter(
+    device: nvmlDevice_t,
+    replays: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPcieReplayCounter", |d| {
+        set(replays, d.pcie_replays)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: nvmlMemoryErrorType_t,
+    _counter_type: nvmlEccCounterType_t,
+    count: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(
+        device,
+        "nvmlDeviceGetTotalEccErrors",
+        |d| match error_type {
+            nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED => {
+                set(count, d.ecc_corrected)
+            }
+            nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => {
+                set(count, d.ecc_uncorrected)
+            }
+            _ => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
+
+unsafe fn running_processes(
+    d: &Device,
+    kind: &str,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    if count.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let matching: Vec<&Process> = d.processes.iter().filter(|p| p.kind == kind).collect();
+    if matching.len() > *count as usize || (infos.is_null() && !matching.is_empty()) {
+        *count = matching.len() as c_uint;
+        return nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (i, p) in matching.iter().enumerate() {
+        *infos.add(i) = nvmlProcessInfo_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory,
+            gpuInstanceId: u32::MAX,
+            computeInstanceId: u32::MAX,
+        };
+    }
+    *count = matching.len() as c_uint;
+    SUCCESS
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetComputeRunningProcesses_v3", |d| {
+        running_processes(d, "compute", count, infos)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetGraphicsRunningProcesses_v3", |d| {
+        running_processes(d, "graphics", count, infos)
+    })
+}

@@ -28,10 +28,13 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy"
-cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo build (the exporter and the fake NVML libraries the tests load)"
+cargo build --workspace
 
 step "cargo test"
-cargo test --all-targets
+cargo test --workspace --all-targets
 
 step "golden expositions: promtool check metrics and the strict OpenMetrics parser"
 for file in tests/golden/*.prom; do

@@ -75,6 +75,35 @@ pub struct Sources {
     pub pressure: Toggle,
     /// Available memory and swap activity (/proc/meminfo, /proc/vmstat).
     pub memory: Toggle,
+    /// GPUs through NVML.
+    pub gpu: GpuSource,
+}
+
+/// Settings of the GPU (NVML) source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// The NVML library to load: a name the dynamic loader resolves, or a path (GPU-operator
+    /// installs keep the driver under e.g. /run/nvidia/driver/usr/lib64).
+    pub nvml_library: PathBuf,
+    /// Per GPU, how many processes get their own series (most memory first).
+    pub max_processes_per_gpu: usize,
+    /// Longest wait between two attempts to initialise NVML while it is failing; attempts
+    /// start one interval apart and double up to this.
+    pub nvml_retry_max_interval: ConfigDuration,
+}
+
+impl Default for GpuSource {
+    fn default() -> Self {
+        GpuSource {
+            enabled: true,
+            nvml_library: PathBuf::from("libnvidia-ml.so.1"),
+            max_processes_per_gpu: 10,
+            nvml_retry_max_interval: ConfigDuration(Duration::from_secs(60)),
+        }
+    }
 }
 
 /// A source that has nothing to configure but whether it runs.

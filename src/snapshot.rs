@@ -15,6 +15,8 @@ pub struct Snapshot {
     pub pressure: Vec<PressureSnapshot>,
     /// Memory and swap, when the memory source succeeded.
     pub memory: Option<MemorySnapshot>,
+    /// NVML and the GPUs, when the GPU source is enabled.
+    pub gpu: Option<GpuSnapshot>,
     /// How each enabled source fared on this tick, in configuration order.
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.
@@ -258,4 +260,158 @@ pub enum SourceOutcome {
     Unsupported(String),
     /// The read failed; the message says why.
     Failed(String),
+}
+
+/// What NVML says about the node and each of its GPUs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSnapshot {
+    /// Whether NVML is initialised and answering.
+    pub nvml_up: bool,
+    /// Why NVML is down (`library_not_found`, `driver_not_loaded`, ...); empty while up.
+    pub nvml_error: String,
+    /// Driver version, e.g. `550.54.15`.
+    pub driver_version: String,
+    /// CUDA driver API version, e.g. `12.4`.
+    pub cuda_driver_version: String,
+    /// One entry per device NVML counts, lost ones included, by index.
+    pub devices: Vec<GpuDevice>,
+}
+
+/// One GPU. Every measurement is `None` when this GPU or driver does not support it, or when
+/// the GPU is not answering (then `up` is false and only identity remains).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuDevice {
+    /// NVML index.
+    pub index: u32,
+    /// Stable identity, e.g. `GPU-5f2c...`; empty if it was never readable.
+    pub uuid: String,
+    /// Product name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub model: String,
+    /// PCI bus id, e.g. `00000000:17:00.0`.
+    pub pci_bus_id: String,
+    /// NUMA node the GPU is attached to.
+    pub numa_node: Option<u32>,
+    /// CPUs close to the GPU, as a cpuset list (`0-15,32-47`).
+    pub cpu_affinity: Option<String>,
+    /// Whether the GPU answered on this tick.
+    pub up: bool,
+    /// Why it did not (`gpu_lost`, ...); empty while up.
+    pub error: String,
+    /// Instantaneous utilization as NVML's `nvmlDeviceGetUtilizationRates` reports it.
+    pub utilization: Option<GpuUtilization>,
+    /// Summary of the utilization samples buffered since the previous tick.
+    pub busy: Option<BusySummary>,
+    /// Device memory, in bytes.
+    pub memory: Option<GpuMemory>,
+    /// Die temperature.
+    pub temperature_celsius: Option<f64>,
+    /// Temperature at which the GPU starts slowing down.
+    pub slowdown_temperature_celsius: Option<f64>,
+    /// Temperature at which the GPU shuts down.
+    pub shutdown_temperature_celsius: Option<f64>,
+    /// Board power draw.
+    pub power_watts: Option<f64>,
+    /// Enforced power limit.
+    pub power_limit_watts: Option<f64>,
+    /// Energy since the driver loaded.
+    pub energy_joules: Option<f64>,
+    /// Current and maximum clocks.
+    pub clocks: Vec<GpuClock>,
+    /// Raw clock-event (throttle) reason bitmask.
+    pub throttle_reasons: Option<u64>,
+    /// PCIe link state and traffic.
+    pub pcie: PcieLink,
+    /// Aggregate corrected ECC errors.
+    pub ecc_corrected: Option<u64>,
+    /// Aggregate uncorrected ECC errors.
+    pub ecc_uncorrected: Option<u64>,
+    /// The busiest processes on the GPU (bounded by configuration).
+    pub processes: Vec<GpuProcess>,
+    /// Features this GPU or driver does not offer (never fetched again), sorted.
+    pub unsupported: Vec<&'static str>,
+}
+
+/// `nvmlDeviceGetUtilizationRates`, as ratios.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuUtilization {
+    /// Share of the last sample period a kernel was running ("GPU-Util").
+    pub gpu_ratio: f64,
+    /// Share of the last sample period device memory was read or written.
+    pub memory_ratio: f64,
+}
+
+/// Busy-fraction summary of NVML's utilization samples within one interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BusySummary {
+    /// Mean utilization.
+    pub mean_ratio: f64,
+    /// Lowest sample.
+    pub min_ratio: f64,
+    /// Highest sample.
+    pub max_ratio: f64,
+    /// Share of samples at or near zero: the GPU waiting.
+    pub idle_share_ratio: f64,
+    /// Number of samples summarised.
+    pub samples: u32,
+}
+
+/// Device memory, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuMemory {
+    /// Installed.
+    pub total_bytes: u64,
+    /// Allocated by processes.
+    pub used_bytes: u64,
+    /// Not allocated.
+    pub free_bytes: u64,
+    /// Held by the driver and firmware.
+    pub reserved_bytes: u64,
+}
+
+/// One clock domain.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuClock {
+    /// `sm`, `memory` or `graphics`.
+    pub domain: &'static str,
+    /// Current frequency.
+    pub hertz: Option<f64>,
+    /// Maximum frequency.
+    pub max_hertz: Option<f64>,
+}
+
+/// PCIe link of a GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PcieLink {
+    /// Current generation.
+    pub generation: Option<u32>,
+    /// Current width (lanes).
+    pub width: Option<u32>,
+    /// Maximum generation of GPU and slot.
+    pub max_generation: Option<u32>,
+    /// Maximum width.
+    pub max_width: Option<u32>,
+    /// Bytes per second sent by the GPU (NVML's 20 ms sample).
+    pub tx_bytes_per_second: Option<f64>,
+    /// Bytes per second received by the GPU.
+    pub rx_bytes_per_second: Option<f64>,
+    /// Link-level replays since the driver loaded.
+    pub replays: Option<u64>,
+}
+
+/// A process with a context on a GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuProcess {
+    /// Process id as seen by the host.
+    pub pid: u32,
+    /// Command name from /proc/<pid>/comm; `unknown` when not readable.
+    pub command: String,
+    /// `compute` or `graphics`.
+    pub kind: &'static str,
+    /// Device memory the process holds.
+    pub used_memory_bytes: u64,
+    /// Share of the interval the process's kernels occupied the SMs; `None` when the driver
+    /// does not report per-process utilization.
+    pub sm_ratio: Option<f64>,
+    /// Share of the interval the process read or wrote device memory.
+    pub memory_ratio: Option<f64>,
 }

@@ -8,7 +8,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::exposition::{self as strict, value, Family};
@@ -25,6 +24,7 @@ fn scenario_output(name: &str) -> (String, String) {
     let work = common::TempDir::new(name);
     let link = work.path().join("proc");
     let mut config = Config::default();
+    config.sources.gpu.enabled = false; // tests/gpu_golden.rs covers the GPU source
     config.paths.procfs = link.clone();
     config.paths.sysfs = fixtures.join("sys");
     let mut sampler = Sampler::new(source::from_config(&config));
@@ -49,34 +49,6 @@ fn scenario_output(name: &str) -> (String, String) {
     (pin(Format::Text), pin(Format::OpenMetrics))
 }
 
-fn check_golden(path: &Path, actual: &str) {
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let diff: Vec<String> = expected
-            .lines()
-            .zip(actual.lines())
-            .filter(|(e, a)| e != a)
-            .take(5)
-            .map(|(e, a)| format!("- {e}\n+ {a}"))
-            .collect();
-        panic!(
-            "{} differs from the output (UPDATE_GOLDEN=1 to accept):\n{}",
-            path.display(),
-            diff.join("\n")
-        );
-    }
-}
-
 #[test]
 fn golden_expositions_match_and_parse_strictly() {
     for name in SCENARIOS {
@@ -84,8 +56,8 @@ fn golden_expositions_match_and_parse_strictly() {
         strict::parse(&text, false).unwrap_or_else(|e| panic!("{name} text: {e}"));
         strict::parse(&openmetrics, true).unwrap_or_else(|e| panic!("{name} openmetrics: {e}"));
         let golden = common::repo_root().join("tests/golden");
-        check_golden(&golden.join(format!("{name}.prom")), &text);
-        check_golden(&golden.join(format!("{name}.om.txt")), &openmetrics);
+        common::check_golden(&golden.join(format!("{name}.prom")), &text);
+        common::check_golden(&golden.join(format!("{name}.om.txt")), &openmetrics);
     }
 }
 
@@ -202,11 +174,20 @@ fn broken_files_degrade_only_their_own_source() {
     assert_close(value(&f, "gpu_host_cpu_busy_ratio", &[]), 0.5);
 }
 
-/// (type, label names) per exposed sample name.
+/// (type, label names) per sample name, over every golden OpenMetrics file (each of which
+/// its own test keeps equal to the real output).
 fn exported_metrics() -> BTreeMap<String, (String, BTreeSet<String>)> {
     let mut metrics = BTreeMap::new();
-    for name in SCENARIOS {
-        for family in strict::parse(&scenario_output(name).1, true).unwrap() {
+    let mut goldens: Vec<_> = std::fs::read_dir(common::repo_root().join("tests/golden"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".om.txt"))
+        .collect();
+    goldens.sort();
+    assert!(goldens.len() >= 5, "golden files missing: {goldens:?}");
+    for path in goldens {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for family in strict::parse(&text, true).unwrap() {
             for sample in family.samples {
                 let entry = metrics
                     .entry(sample.name)

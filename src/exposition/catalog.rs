@@ -19,6 +19,10 @@ macro_rules! metric {
 const SECONDS: Option<&str> = Some("seconds");
 const BYTES: Option<&str> = Some("bytes");
 const RATIO: Option<&str> = Some("ratio");
+const CELSIUS: Option<&str> = Some("celsius");
+const WATTS: Option<&str> = Some("watts");
+const JOULES: Option<&str> = Some("joules");
+const HERTZ: Option<&str> = Some("hertz");
 
 // Self-observability.
 metric!(BUILD, "gpu_exporter_build", Info, None, ["version", "commit"], "Build of the running exporter.");
@@ -74,3 +78,43 @@ metric!(SWAP_IN, "gpu_host_swap_in_bytes", Counter, BYTES, [], "Bytes swapped in
 metric!(SWAP_OUT, "gpu_host_swap_out_bytes", Counter, BYTES, [], "Bytes swapped out since boot.");
 metric!(SWAP_IN_RATE, "gpu_host_swap_in_bytes_per_second", Gauge, None, [], "Bytes swapped in per second over the last interval.");
 metric!(SWAP_OUT_RATE, "gpu_host_swap_out_bytes_per_second", Gauge, None, [], "Bytes swapped out per second over the last interval.");
+
+// NVML and GPUs.
+metric!(NVML_UP, "gpu_exporter_nvml_up", Gauge, None, [], "1 if the NVML library is loaded and answering, 0 if not (then gpu_exporter_nvml_error_info says why).");
+metric!(NVML_ERROR, "gpu_exporter_nvml_error", Info, None, ["reason"], "Present while NVML is unavailable: library_not_found, driver_not_loaded, no_permission, symbol_missing, ...");
+metric!(GPU_DEVICES, "gpu_devices", Gauge, None, [], "GPUs NVML counts, including any that stopped answering.");
+metric!(GPU_INFO, "gpu", Info, None, ["gpu", "uuid", "model", "pci_bus_id", "numa_node", "cpu_affinity", "driver_version", "cuda_driver_version"], "Identity of each GPU; numa_node and cpu_affinity are empty where NVML does not say.");
+metric!(GPU_UP, "gpu_up", Gauge, None, ["gpu", "uuid"], "1 if the GPU answered on the last tick, 0 if it is lost or failing (its other series are then absent).");
+metric!(GPU_FEATURE, "gpu_feature_supported", Gauge, None, ["gpu", "uuid", "feature"], "0 for a measurement this GPU or driver does not offer (asked once, then never again), else 1.");
+metric!(GPU_UTIL, "gpu_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of NVML's last sample period in which a kernel ran (the classic GPU-Util; not SM occupancy).");
+metric!(GPU_MEM_UTIL, "gpu_memory_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of NVML's last sample period in which device memory was read or written.");
+metric!(BUSY_MEAN, "gpu_busy_mean_ratio", Gauge, RATIO, ["gpu", "uuid"], "Mean of the utilization samples NVML buffered since the previous tick.");
+metric!(BUSY_MIN, "gpu_busy_min_ratio", Gauge, RATIO, ["gpu", "uuid"], "Lowest utilization sample since the previous tick.");
+metric!(BUSY_MAX, "gpu_busy_max_ratio", Gauge, RATIO, ["gpu", "uuid"], "Highest utilization sample since the previous tick.");
+metric!(BUSY_IDLE, "gpu_busy_idle_share_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of utilization samples since the previous tick at or below 5 %: how often the GPU sat waiting.");
+metric!(BUSY_SAMPLES, "gpu_busy_samples", Gauge, None, ["gpu", "uuid"], "Number of utilization samples summarised on the last tick.");
+metric!(GPU_MEM_TOTAL, "gpu_memory_total_bytes", Gauge, BYTES, ["gpu", "uuid"], "Installed device memory.");
+metric!(GPU_MEM_USED, "gpu_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid"], "Device memory allocated by processes.");
+metric!(GPU_MEM_FREE, "gpu_memory_free_bytes", Gauge, BYTES, ["gpu", "uuid"], "Device memory not allocated.");
+metric!(GPU_MEM_RESERVED, "gpu_memory_reserved_bytes", Gauge, BYTES, ["gpu", "uuid"], "Device memory held by the driver and firmware.");
+metric!(GPU_TEMP, "gpu_temperature_celsius", Gauge, CELSIUS, ["gpu", "uuid"], "GPU die temperature.");
+metric!(GPU_TEMP_SLOWDOWN, "gpu_temperature_slowdown_celsius", Gauge, CELSIUS, ["gpu", "uuid"], "Temperature at which the GPU starts slowing its clocks.");
+metric!(GPU_TEMP_SHUTDOWN, "gpu_temperature_shutdown_celsius", Gauge, CELSIUS, ["gpu", "uuid"], "Temperature at which the GPU shuts down.");
+metric!(GPU_POWER, "gpu_power_watts", Gauge, WATTS, ["gpu", "uuid"], "Board power draw.");
+metric!(GPU_POWER_LIMIT, "gpu_power_limit_watts", Gauge, WATTS, ["gpu", "uuid"], "Enforced power limit.");
+metric!(GPU_ENERGY, "gpu_energy_joules", Counter, JOULES, ["gpu", "uuid"], "Energy consumed since the driver loaded.");
+metric!(GPU_CLOCK, "gpu_clock_hertz", Gauge, HERTZ, ["gpu", "uuid", "domain"], "Current clock of the sm, memory and graphics domains.");
+metric!(GPU_CLOCK_MAX, "gpu_clock_max_hertz", Gauge, HERTZ, ["gpu", "uuid", "domain"], "Maximum clock of the domain.");
+metric!(GPU_THROTTLE, "gpu_throttle_reason", Gauge, None, ["gpu", "uuid", "reason"], "1 while NVML reports this clock-event (throttle) reason active, else 0.");
+metric!(PCIE_GEN, "gpu_pcie_link_generation", Gauge, None, ["gpu", "uuid"], "Current PCIe link generation (drops at idle to save power).");
+metric!(PCIE_WIDTH, "gpu_pcie_link_width", Gauge, None, ["gpu", "uuid"], "Current PCIe link width in lanes.");
+metric!(PCIE_MAX_GEN, "gpu_pcie_link_max_generation", Gauge, None, ["gpu", "uuid"], "Highest PCIe generation the GPU and slot support.");
+metric!(PCIE_MAX_WIDTH, "gpu_pcie_link_max_width", Gauge, None, ["gpu", "uuid"], "Widest PCIe link the GPU and slot support.");
+metric!(PCIE_DEGRADED, "gpu_pcie_link_degraded", Gauge, None, ["gpu", "uuid"], "1 when the link runs below its maximum generation or width (normal at idle; a problem under load).");
+metric!(PCIE_TX, "gpu_pcie_tx_bytes_per_second", Gauge, None, ["gpu", "uuid"], "PCIe bytes per second sent by the GPU (NVML's 20 ms sample).");
+metric!(PCIE_RX, "gpu_pcie_rx_bytes_per_second", Gauge, None, ["gpu", "uuid"], "PCIe bytes per second received by the GPU (NVML's 20 ms sample).");
+metric!(PCIE_REPLAYS, "gpu_pcie_replays", Counter, None, ["gpu", "uuid"], "PCIe link-level replays (retransmissions) since the driver loaded.");
+metric!(GPU_ECC, "gpu_ecc_errors", Counter, None, ["gpu", "uuid", "type"], "ECC errors over the GPU's life (aggregate counter), by type corrected or uncorrected.");
+metric!(PROC_MEM, "gpu_process_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "pid", "command", "type"], "Device memory held by a process (the top processes per GPU by memory).");
+metric!(PROC_SM, "gpu_process_sm_utilization_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "type"], "Share of the last interval the process's kernels occupied the SMs (0 when it ran none).");
+metric!(PROC_MEM_UTIL, "gpu_process_memory_utilization_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "type"], "Share of the last interval the process read or wrote device memory.");

@@ -7,7 +7,9 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot, SourceOutcome};
+use crate::snapshot::{
+    DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, Snapshot, SourceOutcome,
+};
 
 /// How a metric family behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +150,9 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
     disk_families(snapshot, &mut out);
     pressure_families(snapshot, &mut out);
     memory_families(snapshot, &mut out);
+    if let Some(gpu) = &snapshot.gpu {
+        gpu_families(gpu, &mut out);
+    }
     out.retain(|family| !family.samples.is_empty());
     out
 }
@@ -293,6 +298,180 @@ fn memory_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
             rates.swap_out_bytes_per_second,
         ));
     }
+}
+
+/// NVML's clock-event reason bits, named as the exporter labels them.
+const THROTTLE_REASONS: [(&str, u64); 9] = [
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+];
+
+/// A per-GPU family: one sample per answering GPU with a value.
+fn per_gpu(
+    out: &mut Vec<Family>,
+    def: &'static MetricDef,
+    gpus: &[GpuDevice],
+    value: impl Fn(&GpuDevice) -> Option<f64>,
+) {
+    let mut family = Family::new(def);
+    for gpu in gpus.iter().filter(|g| g.up) {
+        if let Some(v) = value(gpu) {
+            family.add(&[&gpu.index.to_string(), &gpu.uuid], v);
+        }
+    }
+    out.push(family);
+}
+
+fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
+    out.push(Family::single(&NVML_UP, flag(snapshot.nvml_up)));
+    if !snapshot.nvml_up {
+        let mut error = Family::new(&NVML_ERROR);
+        error.add(&[&snapshot.nvml_error], 1.0);
+        out.push(error);
+        return;
+    }
+    let gpus = &snapshot.devices;
+    out.push(Family::single(&GPU_DEVICES, gpus.len() as f64));
+    let mut info = Family::new(&GPU_INFO);
+    let mut up = Family::new(&GPU_UP);
+    let mut features = Family::new(&GPU_FEATURE);
+    for gpu in gpus {
+        let index = gpu.index.to_string();
+        let numa = gpu.numa_node.map(|n| n.to_string()).unwrap_or_default();
+        let affinity = gpu.cpu_affinity.clone().unwrap_or_default();
+        info.add(
+            &[
+                &index,
+                &gpu.uuid,
+                &gpu.model,
+                &gpu.pci_bus_id,
+                &numa,
+                &affinity,
+                &snapshot.driver_version,
+                &snapshot.cuda_driver_version,
+            ],
+            1.0,
+        );
+        up.add(&[&index, &gpu.uuid], flag(gpu.up));
+        if gpu.up {
+            for feature in crate::source::gpu::FEATURES {
+                features.add(
+                    &[&index, &gpu.uuid, feature],
+                    flag(!gpu.unsupported.contains(&feature)),
+                );
+            }
+        }
+    }
+    out.extend([info, up, features]);
+    per_gpu(out, &GPU_UTIL, gpus, |g| g.utilization.map(|u| u.gpu_ratio));
+    per_gpu(out, &GPU_MEM_UTIL, gpus, |g| {
+        g.utilization.map(|u| u.memory_ratio)
+    });
+    per_gpu(out, &BUSY_MEAN, gpus, |g| g.busy.map(|b| b.mean_ratio));
+    per_gpu(out, &BUSY_MIN, gpus, |g| g.busy.map(|b| b.min_ratio));
+    per_gpu(out, &BUSY_MAX, gpus, |g| g.busy.map(|b| b.max_ratio));
+    per_gpu(out, &BUSY_IDLE, gpus, |g| {
+        g.busy.map(|b| b.idle_share_ratio)
+    });
+    per_gpu(out, &BUSY_SAMPLES, gpus, |g| {
+        g.busy.map(|b| f64::from(b.samples))
+    });
+    per_gpu(out, &GPU_MEM_TOTAL, gpus, |g| {
+        g.memory.map(|m| m.total_bytes as f64)
+    });
+    per_gpu(out, &GPU_MEM_USED, gpus, |g| {
+        g.memory.map(|m| m.used_bytes as f64)
+    });
+    per_gpu(out, &GPU_MEM_FREE, gpus, |g| {
+        g.memory.map(|m| m.free_bytes as f64)
+    });
+    per_gpu(out, &GPU_MEM_RESERVED, gpus, |g| {
+        g.memory.map(|m| m.reserved_bytes as f64)
+    });
+    per_gpu(out, &GPU_TEMP, gpus, |g| g.temperature_celsius);
+    per_gpu(out, &GPU_TEMP_SLOWDOWN, gpus, |g| {
+        g.slowdown_temperature_celsius
+    });
+    per_gpu(out, &GPU_TEMP_SHUTDOWN, gpus, |g| {
+        g.shutdown_temperature_celsius
+    });
+    per_gpu(out, &GPU_POWER, gpus, |g| g.power_watts);
+    per_gpu(out, &GPU_POWER_LIMIT, gpus, |g| g.power_limit_watts);
+    per_gpu(out, &GPU_ENERGY, gpus, |g| g.energy_joules);
+    let mut clock = Family::new(&GPU_CLOCK);
+    let mut clock_max = Family::new(&GPU_CLOCK_MAX);
+    let mut throttle = Family::new(&GPU_THROTTLE);
+    let mut ecc = Family::new(&GPU_ECC);
+    for gpu in gpus.iter().filter(|g| g.up) {
+        let index = gpu.index.to_string();
+        for c in &gpu.clocks {
+            if let Some(hertz) = c.hertz {
+                clock.add(&[&index, &gpu.uuid, c.domain], hertz);
+            }
+            if let Some(hertz) = c.max_hertz {
+                clock_max.add(&[&index, &gpu.uuid, c.domain], hertz);
+            }
+        }
+        if let Some(bits) = gpu.throttle_reasons {
+            for (reason, bit) in THROTTLE_REASONS {
+                throttle.add(&[&index, &gpu.uuid, reason], flag(bits & bit != 0));
+            }
+        }
+        for (kind, count) in [
+            ("corrected", gpu.ecc_corrected),
+            ("uncorrected", gpu.ecc_uncorrected),
+        ] {
+            if let Some(count) = count {
+                ecc.add(&[&index, &gpu.uuid, kind], count as f64);
+            }
+        }
+    }
+    out.extend([clock, clock_max, throttle]);
+    per_gpu(out, &PCIE_GEN, gpus, |g| g.pcie.generation.map(f64::from));
+    per_gpu(out, &PCIE_WIDTH, gpus, |g| g.pcie.width.map(f64::from));
+    per_gpu(out, &PCIE_MAX_GEN, gpus, |g| {
+        g.pcie.max_generation.map(f64::from)
+    });
+    per_gpu(out, &PCIE_MAX_WIDTH, gpus, |g| {
+        g.pcie.max_width.map(f64::from)
+    });
+    per_gpu(out, &PCIE_DEGRADED, gpus, |g| {
+        let p = g.pcie;
+        Some(flag(
+            p.generation? < p.max_generation? || p.width? < p.max_width?,
+        ))
+    });
+    per_gpu(out, &PCIE_TX, gpus, |g| g.pcie.tx_bytes_per_second);
+    per_gpu(out, &PCIE_RX, gpus, |g| g.pcie.rx_bytes_per_second);
+    per_gpu(out, &PCIE_REPLAYS, gpus, |g| {
+        g.pcie.replays.map(|r| r as f64)
+    });
+    out.push(ecc);
+    let mut memory = Family::new(&PROC_MEM);
+    let mut sm = Family::new(&PROC_SM);
+    let mut memory_util = Family::new(&PROC_MEM_UTIL);
+    for gpu in gpus.iter().filter(|g| g.up) {
+        let index = gpu.index.to_string();
+        for p in &gpu.processes {
+            let pid = p.pid.to_string();
+            let labels = [index.as_str(), &gpu.uuid, &pid, &p.command, p.kind];
+            memory.add(&labels, p.used_memory_bytes as f64);
+            if let Some(ratio) = p.sm_ratio {
+                sm.add(&labels, ratio);
+            }
+            if let Some(ratio) = p.memory_ratio {
+                memory_util.add(&labels, ratio);
+            }
+        }
+    }
+    out.extend([memory, sm, memory_util]);
 }
 
 fn flag(value: bool) -> f64 {

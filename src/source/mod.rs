@@ -3,6 +3,7 @@
 //! A source keeps the previous counters it read (to derive rates) and nothing else; parsing
 //! and rate arithmetic are pure functions in its module so they can be tested on strings.
 
+pub mod gpu;
 pub mod host;
 
 use std::io;
@@ -97,7 +98,13 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
         enabled.push(Box::new(host::pressure::PressureSource::new(roots.clone())));
     }
     if sources.memory.enabled {
-        enabled.push(Box::new(host::memory::MemorySource::new(roots)));
+        enabled.push(Box::new(host::memory::MemorySource::new(roots.clone())));
+    }
+    if sources.gpu.enabled {
+        enabled.push(Box::new(gpu::GpuSource::new(
+            sources.gpu.clone(),
+            roots.procfs,
+        )));
     }
     enabled
 }

@@ -20,6 +20,22 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The fake NVML library built in this workspace (`old`: the build lacking newer symbols).
+pub fn fake_nvml(old: bool) -> PathBuf {
+    let name = if old {
+        "libfake_nvml_old.so"
+    } else {
+        "libfake_nvml.so"
+    };
+    let path = Path::new(binary()).parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace first (cargo build --workspace; scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// A loopback address with a port that was free a moment ago.
 pub fn free_address() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -99,5 +115,34 @@ impl Drop for Exporter {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Compares `actual` with the golden file at `path`; `UPDATE_GOLDEN=1` rewrites it instead.
+pub fn check_golden(path: &Path, actual: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run with UPDATE_GOLDEN=1 to create it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .filter(|(e, a)| e != a)
+            .take(5)
+            .map(|(e, a)| format!("- {e}\n+ {a}"))
+            .collect();
+        panic!(
+            "{} differs from the output (UPDATE_GOLDEN=1 to accept):\n{}",
+            path.display(),
+            diff.join("\n")
+        );
     }
 }

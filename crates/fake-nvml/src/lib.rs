@@ -9,7 +9,7 @@
 //! a lost GPU answers `GPU_IS_LOST` to every call (its handle lookup included) while the device
 //! count still includes it, "no samples newer than the last seen timestamp" is `NOT_FOUND`,
 //! list calls answer `INSUFFICIENT_SIZE` with the needed count, and sample timestamps are
-//! microseconds on a clock of the driver's own. Built as `fake-nvml-old`, the functions marked
+//! microseconds on a clock of the driver's own (frozen with `FAKE_NVML_FROZEN_CLOCK_US`). Built as `fake-nvml-old`, the functions marked
 //! `cfg(not(old_driver))` are not exported at all, as with an old driver.
 #![allow(dead_code, unused_imports)] // the old-driver build leaves some helpers unused
 #![allow(non_snake_case, non_upper_case_globals)] // the C names
@@ -183,8 +183,21 @@ fn loaded_at() -> Instant {
     *LOADED.get_or_init(Instant::now)
 }
 
+/// Microseconds since the library was loaded, or the fixed value of
+/// `FAKE_NVML_FROZEN_CLOCK_US` so that golden tests see the same samples and energy each run.
+fn elapsed_us() -> u64 {
+    static FROZEN: OnceLock<Option<u64>> = OnceLock::new();
+    let frozen = FROZEN.get_or_init(|| {
+        std::env::var("FAKE_NVML_FROZEN_CLOCK_US")
+            .ok()?
+            .parse()
+            .ok()
+    });
+    frozen.unwrap_or_else(|| loaded_at().elapsed().as_micros() as u64)
+}
+
 fn driver_clock_us() -> u64 {
-    CLOCK_BASE_US + loaded_at().elapsed().as_micros() as u64
+    CLOCK_BASE_US + elapsed_us()
 }
 
 fn state() -> MutexGuard<'static, Option<State>> {

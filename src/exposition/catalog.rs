@@ -85,7 +85,7 @@ metric!(NVML_ERROR, "gpu_exporter_nvml_error", Info, None, ["reason"], "Present 
 metric!(GPU_DEVICES, "gpu_devices", Gauge, None, [], "GPUs NVML counts, including any that stopped answering.");
 metric!(GPU_INFO, "gpu", Info, None, ["gpu", "uuid", "model", "pci_bus_id", "numa_node", "cpu_affinity", "driver_version", "cuda_driver_version"], "Identity of each GPU; numa_node and cpu_affinity are empty where NVML does not say.");
 metric!(GPU_UP, "gpu_up", Gauge, None, ["gpu", "uuid"], "1 if the GPU answered on the last tick, 0 if it is lost or failing (its other series are then absent).");
-metric!(GPU_FEATURE, "gpu_feature_supported", Gauge, None, ["gpu", "uuid", "feature"], "0 for a measurement this GPU or driver does not offer (asked once, then never again), else 1.");
+metric!(GPU_FEATURE, "gpu_feature_supported", Gauge, None, ["gpu", "uuid", "feature"], "0 for a measurement this GPU or driver does not offer (learned on first use, never asked again), else 1.");
 metric!(GPU_UTIL, "gpu_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of NVML's last sample period in which a kernel ran (the classic GPU-Util; not SM occupancy).");
 metric!(GPU_MEM_UTIL, "gpu_memory_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of NVML's last sample period in which device memory was read or written.");
 metric!(BUSY_MEAN, "gpu_busy_mean_ratio", Gauge, RATIO, ["gpu", "uuid"], "Mean of the utilization samples NVML buffered since the previous tick.");

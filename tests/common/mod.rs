@@ -75,8 +75,14 @@ pub struct Exporter {
 impl Exporter {
     /// Starts the binary listening on a free loopback port with the extra `args`.
     pub fn start(args: &[&str]) -> Exporter {
+        Exporter::start_with_env(args, &[])
+    }
+
+    /// Like `start`, with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Exporter {
         let address = free_address();
         let child = Command::new(binary())
+            .envs(env.iter().map(|(k, v)| (k, v.as_os_str())))
             .arg("serve")
             .arg("--listen")
             .arg(address.to_string())
@@ -108,6 +114,31 @@ impl Exporter {
 
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> http::Response {
         http::get(self.address, path, headers).expect("HTTP request")
+    }
+
+    /// `/metrics` in the classic format, parsed strictly.
+    pub fn metrics(&self) -> Vec<exposition::Family> {
+        let response = self.get("/metrics", &[]);
+        assert_eq!(response.status, 200);
+        exposition::parse(&response.text(), false).expect("strict parse of /metrics")
+    }
+
+    /// Waits until `/metrics` satisfies `condition`, and returns that page.
+    pub fn metrics_when(
+        &self,
+        condition: impl Fn(&[exposition::Family]) -> bool,
+    ) -> Vec<exposition::Family> {
+        let mut page = Vec::new();
+        self.wait_for(|| {
+            // 503 until the first sample is published.
+            let response = self.get("/metrics", &[]);
+            if response.status != 200 {
+                return false;
+            }
+            page = exposition::parse(&response.text(), false).expect("strict parse of /metrics");
+            condition(&page)
+        });
+        page
     }
 }
 

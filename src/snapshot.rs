@@ -325,6 +325,18 @@ pub struct GpuDevice {
     pub ecc_corrected: Option<u64>,
     /// Aggregate uncorrected ECC errors.
     pub ecc_uncorrected: Option<u64>,
+    /// Seconds the clocks were held down by the power cap since the driver loaded.
+    pub violation_power_seconds: Option<f64>,
+    /// Seconds the clocks were held down by thermal limits since the driver loaded.
+    pub violation_thermal_seconds: Option<f64>,
+    /// Row remapping (Ampere and newer): the memory's answer to failing cells.
+    pub remapped_rows: Option<RemappedRows>,
+    /// NVLink links and traffic; `None` on GPUs without NVLink.
+    pub nvlink: Option<NvLinkState>,
+    /// GPM rates over the last interval (Hopper and newer); `None` elsewhere.
+    pub gpm: Option<GpmMetrics>,
+    /// XID errors seen since the exporter started, by XID code.
+    pub xid_errors: Vec<(u64, u64)>,
     /// The busiest processes on the GPU (bounded by configuration).
     pub processes: Vec<GpuProcess>,
     /// Features this GPU or driver does not offer (never fetched again), sorted.
@@ -414,4 +426,41 @@ pub struct GpuProcess {
     pub sm_ratio: Option<f64>,
     /// Share of the interval the process read or wrote device memory.
     pub memory_ratio: Option<f64>,
+}
+
+/// Row-remapping state of a GPU's memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RemappedRows {
+    /// Rows remapped after correctable errors.
+    pub correctable: u64,
+    /// Rows remapped after uncorrectable errors.
+    pub uncorrectable: u64,
+    /// A remap waits for the next GPU reset.
+    pub pending: bool,
+    /// A remap failed: the GPU needs service.
+    pub failed: bool,
+}
+
+/// NVLink links of a GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NvLinkState {
+    /// Per link index, whether it is active.
+    pub links: Vec<bool>,
+    /// Data bytes sent over all active links since the driver loaded.
+    pub tx_bytes: Option<u64>,
+    /// Data bytes received over all active links since the driver loaded.
+    pub rx_bytes: Option<u64>,
+}
+
+/// GPM (GPU performance monitoring) metrics between two samples one interval apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmMetrics {
+    /// Share of time SMs had at least one warp resident (NVIDIA's "SM activity").
+    pub sm_activity_ratio: f64,
+    /// Resident warps relative to the maximum the SMs can hold.
+    pub sm_occupancy_ratio: f64,
+    /// Share of time any tensor core pipe was busy.
+    pub tensor_activity_ratio: f64,
+    /// Share of peak DRAM bandwidth used.
+    pub dram_bandwidth_ratio: f64,
 }

@@ -1,7 +1,8 @@
-//! The GPU source through the fake NVML library, in process, with the library's clock frozen
-//! so the exposition is the same on every run: compared with golden files and parsed strictly.
-//! This is the only test binary that loads the fake library into its own process (the library
-//! keeps global state, like the real one); the others run the exporter binary against it.
+//! The GPU source through the fake NVML library, in process, with the library's clock stepped
+//! by the test so the exposition is the same on every run: compared with golden files and
+//! parsed strictly. This is the only test binary that loads the fake library into its own
+//! process (the library keeps global state, like the real one); the others run the exporter
+//! binary against it.
 
 mod common;
 
@@ -11,6 +12,7 @@ use common::exposition::{self as strict, value};
 use gpu_bottleneck_exporter::config::Config;
 use gpu_bottleneck_exporter::exposition::{render, Format};
 use gpu_bottleneck_exporter::sampler::Sampler;
+use gpu_bottleneck_exporter::snapshot::Snapshot;
 use gpu_bottleneck_exporter::source;
 
 fn gpu_only_config(library: &std::path::Path) -> Config {
@@ -24,9 +26,9 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
     config
 }
 
-fn render_one_tick(config: &Config) -> (String, String) {
-    let mut sampler = Sampler::new(source::from_config(config));
-    let mut snapshot = sampler.tick(Duration::ZERO);
+/// Renders a snapshot with the run-dependent values pinned.
+fn render_pinned(mut snapshot: Snapshot) -> (String, String) {
+    snapshot.samples_total = 2;
     for status in &mut snapshot.sources {
         status.duration_seconds = 0.001;
     }
@@ -48,19 +50,53 @@ fn check(name: &str, (text, openmetrics): &(String, String)) -> Vec<strict::Fami
     strict::parse(text, false).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// The fake library's driver clock, stepped by the test.
+fn set_driver_clock(seconds: u64) {
+    std::env::set_var(
+        "FAKE_NVML_FROZEN_CLOCK_US",
+        (seconds * 1_000_000).to_string(),
+    );
+}
+
+/// Ticks the fixture node at driver clock 2 s and 4 s, with XID errors raised in between (the
+/// event thread must have counted them before the last tick).
+fn gpu_node_snapshot() -> Snapshot {
+    let dir = common::TempDir::new("gpu-golden");
+    let scenario = dir.path().join("scenario.yaml");
+    let fixture =
+        std::fs::read_to_string(common::repo_root().join("tests/fixtures/gpu-node.yaml")).unwrap();
+    std::fs::write(&scenario, &fixture).unwrap();
+    // The only environment the fake library reads; set before it is loaded.
+    std::env::set_var("FAKE_NVML_SCENARIO", &scenario);
+    set_driver_clock(2);
+    let mut sampler = Sampler::new(source::from_config(&gpu_only_config(&common::fake_nvml(
+        false,
+    ))));
+    sampler.tick(Duration::ZERO);
+    // The first tick started the XID thread; like the driver, the library only delivers
+    // errors raised after registration, so give the thread a moment to register.
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&scenario, fixture.replace("xids: []", "xids: [79, 79, 48]")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let snapshot = sampler.tick(Duration::from_secs(1));
+        let xids = &snapshot.gpu.as_ref().unwrap().devices[0].xid_errors;
+        if xids.iter().map(|(_, n)| n).sum::<u64>() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "XID events not counted: {xids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    set_driver_clock(4);
+    sampler.tick(Duration::from_secs(2))
+}
+
 #[test]
 fn gpu_node_and_missing_library_goldens() {
-    // The only environment this process's fake library reads; set before it is loaded.
-    std::env::set_var(
-        "FAKE_NVML_SCENARIO",
-        common::repo_root().join("tests/fixtures/gpu-node.yaml"),
-    );
-    std::env::set_var("FAKE_NVML_FROZEN_CLOCK_US", "2000000");
-
-    let f = check(
-        "gpu-node",
-        &render_one_tick(&gpu_only_config(&common::fake_nvml(false))),
-    );
+    let f = check("gpu-node", &render_pinned(gpu_node_snapshot()));
     let gpu = |metric: &str, index: &str| value(&f, metric, &[("gpu", index)]);
     assert_eq!(value(&f, "gpu_devices", &[]), Some(4.0));
     assert_eq!(gpu("gpu_up", "0"), Some(1.0));
@@ -75,7 +111,7 @@ fn gpu_node_and_missing_library_goldens() {
         "and nothing else of it is exported"
     );
     assert_eq!(gpu("gpu_up", "3"), Some(1.0), "the others keep answering");
-    // 2 s of samples every 167 ms: k = 0..=11 of the pattern [100, 0, 0, 0].
+    // Samples every 167 ms after driver clock 2 s up to 4 s: k = 12..=23 of [100, 0, 0, 0].
     assert_eq!(gpu("gpu_busy_samples", "1"), Some(12.0));
     assert_eq!(gpu("gpu_busy_mean_ratio", "1"), Some(0.25));
     assert_eq!(gpu("gpu_busy_idle_share_ratio", "1"), Some(0.75));
@@ -95,8 +131,41 @@ fn gpu_node_and_missing_library_goldens() {
     assert_eq!(feature("3", "pcie_throughput"), Some(0.0));
     assert_eq!(feature("0", "energy"), Some(1.0));
     assert_eq!(gpu("gpu_energy_joules_total", "3"), None);
-    // Five processes on GPU 0, the top three by memory exported; a process without a sample
-    // in the interval ran no kernel.
+    // GPM rates from two samples; on the older board absent, with the flag saying why.
+    assert_eq!(gpu("gpu_sm_activity_ratio", "0"), Some(0.915));
+    assert_eq!(gpu("gpu_sm_occupancy_ratio", "0"), Some(0.3725));
+    assert_eq!(gpu("gpu_sm_activity_ratio", "3"), None);
+    assert_eq!(feature("3", "gpm"), Some(0.0));
+    assert_eq!(feature("3", "nvlink"), Some(0.0));
+    // NVLink: three of four links active, traffic summed over the active ones.
+    assert_eq!(
+        value(&f, "gpu_nvlink_link_active", &[("gpu", "0"), ("link", "2")]),
+        Some(0.0)
+    );
+    assert_eq!(gpu("gpu_nvlink_tx_bytes_total", "0"), Some(5000.0 * 1024.0));
+    assert_eq!(gpu("gpu_nvlink_rx_bytes_total", "0"), Some(4000.0 * 1024.0));
+    // Health: XIDs counted by code, clock-limit time, row remapping.
+    let xid = |code: &str| value(&f, "gpu_xid_errors_total", &[("gpu", "0"), ("xid", code)]);
+    assert_eq!((xid("79"), xid("48")), (Some(2.0), Some(1.0)));
+    assert_eq!(
+        value(
+            &f,
+            "gpu_clock_limited_seconds_total",
+            &[("gpu", "0"), ("limit", "power")]
+        ),
+        Some(4.5)
+    );
+    assert_eq!(
+        value(
+            &f,
+            "gpu_memory_remapped_rows",
+            &[("gpu", "0"), ("cause", "correctable")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(gpu("gpu_memory_remap_pending", "0"), Some(1.0));
+    // Five processes on GPU 0, the top three by memory exported; a listed process without a
+    // sample in the interval ran no kernel.
     let processes: Vec<_> = f
         .iter()
         .flat_map(|family| &family.samples)
@@ -130,7 +199,8 @@ fn gpu_node_and_missing_library_goldens() {
     );
 
     let missing = gpu_only_config(std::path::Path::new("/nonexistent/libnvidia-ml.so.1"));
-    let f = check("no-nvml", &render_one_tick(&missing));
+    let mut sampler = Sampler::new(source::from_config(&missing));
+    let f = check("no-nvml", &render_pinned(sampler.tick(Duration::ZERO)));
     assert_eq!(value(&f, "gpu_exporter_nvml_up", &[]), Some(0.0));
     assert_eq!(
         value(

@@ -118,3 +118,15 @@ metric!(GPU_ECC, "gpu_ecc_errors", Counter, None, ["gpu", "uuid", "type"], "ECC 
 metric!(PROC_MEM, "gpu_process_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "pid", "command", "type"], "Device memory held by a process (the top processes per GPU by memory).");
 metric!(PROC_SM, "gpu_process_sm_utilization_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "type"], "Share of the last interval the process's kernels occupied the SMs (0 when it ran none).");
 metric!(PROC_MEM_UTIL, "gpu_process_memory_utilization_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "type"], "Share of the last interval the process read or wrote device memory.");
+metric!(GPU_VIOLATION, "gpu_clock_limited_seconds", Counter, SECONDS, ["gpu", "uuid", "limit"], "Time the clocks were held below the requested frequency by the power cap or thermal limits, since the driver loaded.");
+metric!(REMAPPED_ROWS, "gpu_memory_remapped_rows", Gauge, None, ["gpu", "uuid", "cause"], "Memory rows remapped over the GPU's life after correctable or uncorrectable errors.");
+metric!(REMAP_PENDING, "gpu_memory_remap_pending", Gauge, None, ["gpu", "uuid"], "1 when a row remap waits for the next GPU reset.");
+metric!(REMAP_FAILED, "gpu_memory_remap_failed", Gauge, None, ["gpu", "uuid"], "1 when a row remap failed: the GPU needs service.");
+metric!(NVLINK_ACTIVE, "gpu_nvlink_link_active", Gauge, None, ["gpu", "uuid", "link"], "1 for an active NVLink link, 0 for an inactive one (absent on GPUs without NVLink).");
+metric!(NVLINK_TX, "gpu_nvlink_tx_bytes", Counter, BYTES, ["gpu", "uuid"], "Data bytes sent over all active NVLink links since the driver loaded.");
+metric!(NVLINK_RX, "gpu_nvlink_rx_bytes", Counter, BYTES, ["gpu", "uuid"], "Data bytes received over all active NVLink links since the driver loaded.");
+metric!(GPM_SM_ACTIVITY, "gpu_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: share of the last interval SMs had a warp resident, averaged over SMs (Hopper and newer; absent elsewhere, see gpu_feature_supported{feature=\"gpm\"}).");
+metric!(GPM_SM_OCCUPANCY, "gpu_sm_occupancy_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: resident warps relative to the SMs' maximum over the last interval.");
+metric!(GPM_TENSOR, "gpu_tensor_activity_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: share of the last interval any tensor pipe was busy.");
+metric!(GPM_DRAM, "gpu_dram_bandwidth_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: share of peak device-memory bandwidth used over the last interval.");
+metric!(XID_ERRORS, "gpu_xid_errors", Counter, None, ["gpu", "uuid", "xid"], "XID errors the driver reported since the exporter started, by XID code (a series appears with the first error of a code).");

@@ -454,6 +454,19 @@ fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
         g.pcie.replays.map(|r| r as f64)
     });
     out.push(ecc);
+    gpu_health_families(gpus, out);
+    per_gpu(out, &GPM_SM_ACTIVITY, gpus, |g| {
+        g.gpm.map(|m| m.sm_activity_ratio)
+    });
+    per_gpu(out, &GPM_SM_OCCUPANCY, gpus, |g| {
+        g.gpm.map(|m| m.sm_occupancy_ratio)
+    });
+    per_gpu(out, &GPM_TENSOR, gpus, |g| {
+        g.gpm.map(|m| m.tensor_activity_ratio)
+    });
+    per_gpu(out, &GPM_DRAM, gpus, |g| {
+        g.gpm.map(|m| m.dram_bandwidth_ratio)
+    });
     let mut memory = Family::new(&PROC_MEM);
     let mut sm = Family::new(&PROC_SM);
     let mut memory_util = Family::new(&PROC_MEM_UTIL);
@@ -472,6 +485,53 @@ fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
         }
     }
     out.extend([memory, sm, memory_util]);
+}
+
+/// Clock limits, row remapping, NVLink and XID errors: the slower-moving health signals.
+fn gpu_health_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
+    let mut limited = Family::new(&GPU_VIOLATION);
+    let mut remapped = Family::new(&REMAPPED_ROWS);
+    let mut links = Family::new(&NVLINK_ACTIVE);
+    let mut xids = Family::new(&XID_ERRORS);
+    for gpu in gpus.iter().filter(|g| g.up) {
+        let index = gpu.index.to_string();
+        for (limit, seconds) in [
+            ("power", gpu.violation_power_seconds),
+            ("thermal", gpu.violation_thermal_seconds),
+        ] {
+            if let Some(seconds) = seconds {
+                limited.add(&[&index, &gpu.uuid, limit], seconds);
+            }
+        }
+        if let Some(rows) = gpu.remapped_rows {
+            remapped.add(&[&index, &gpu.uuid, "correctable"], rows.correctable as f64);
+            remapped.add(
+                &[&index, &gpu.uuid, "uncorrectable"],
+                rows.uncorrectable as f64,
+            );
+        }
+        for (link, active) in gpu.nvlink.iter().flat_map(|n| n.links.iter().enumerate()) {
+            links.add(&[&index, &gpu.uuid, &link.to_string()], flag(*active));
+        }
+        for (code, count) in &gpu.xid_errors {
+            xids.add(&[&index, &gpu.uuid, &code.to_string()], *count as f64);
+        }
+    }
+    out.extend([limited, remapped]);
+    per_gpu(out, &REMAP_PENDING, gpus, |g| {
+        g.remapped_rows.map(|r| flag(r.pending))
+    });
+    per_gpu(out, &REMAP_FAILED, gpus, |g| {
+        g.remapped_rows.map(|r| flag(r.failed))
+    });
+    out.push(links);
+    per_gpu(out, &NVLINK_TX, gpus, |g| {
+        g.nvlink.as_ref()?.tx_bytes.map(|b| b as f64)
+    });
+    per_gpu(out, &NVLINK_RX, gpus, |g| {
+        g.nvlink.as_ref()?.rx_bytes.map(|b| b as f64)
+    });
+    out.push(xids);
 }
 
 fn flag(value: bool) -> f64 {

@@ -9,7 +9,7 @@
 //! a lost GPU answers `GPU_IS_LOST` to every call (its handle lookup included) while the device
 //! count still includes it, "no samples newer than the last seen timestamp" is `NOT_FOUND`,
 //! list calls answer `INSUFFICIENT_SIZE` with the needed count, and sample timestamps are
-//! microseconds on a clock of the driver's own (frozen with `FAKE_NVML_FROZEN_CLOCK_US`). Built as `fake-nvml-old`, the functions marked
+//! microseconds on a clock of the driver's own (stepped by hand with `FAKE_NVML_FROZEN_CLOCK_US`). Built as `fake-nvml-old`, the functions marked
 //! `cfg(not(old_driver))` are not exported at all, as with an old driver.
 #![allow(dead_code, unused_imports)] // the old-driver build leaves some helpers unused
 #![allow(non_snake_case, non_upper_case_globals)] // the C names
@@ -92,6 +92,21 @@ struct Device {
     pcie_replays: u32,
     ecc_corrected: u64,
     ecc_uncorrected: u64,
+    /// Rows remapped after correctable / uncorrectable errors; a remap pending a reset; a
+    /// failed remap (field values 142-145).
+    remapped_correctable: u64,
+    remapped_uncorrectable: u64,
+    remap_pending: bool,
+    remap_failed: bool,
+    /// Time held down by the power cap / thermal limits since the driver loaded, in ns.
+    violation_power_ns: u64,
+    violation_thermal_ns: u64,
+    /// NVLink links, each active or not; empty on a PCIe-only GPU (NOT_SUPPORTED).
+    nvlinks: Vec<NvLink>,
+    /// GPM metrics in percent; absent on GPUs before Hopper (GPM not supported).
+    gpm: Option<Gpm>,
+    /// XID errors this GPU raised, delivered once each, in order, to registered event sets.
+    xids: Vec<u64>,
     processes: Vec<Process>,
     /// Fallen off the bus: every call answers GPU_IS_LOST.
     lost: bool,
@@ -138,12 +153,41 @@ impl Default for Device {
             pcie_replays: 0,
             ecc_corrected: 0,
             ecc_uncorrected: 0,
+            remapped_correctable: 0,
+            remapped_uncorrectable: 0,
+            remap_pending: false,
+            remap_failed: false,
+            violation_power_ns: 0,
+            violation_thermal_ns: 0,
+            nvlinks: Vec::new(),
+            gpm: None,
+            xids: Vec::new(),
             processes: Vec::new(),
             lost: false,
             errors: HashMap::new(),
             delays_ms: HashMap::new(),
         }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NvLink {
+    active: bool,
+    /// Data sent and received over the link since the driver loaded, in KiB.
+    #[serde(default)]
+    tx_kib: u64,
+    #[serde(default)]
+    rx_kib: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Gpm {
+    sm_util: f64,
+    sm_occupancy: f64,
+    tensor_util: f64,
+    dram_bw_util: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -173,6 +217,9 @@ struct State {
     modified: Option<SystemTime>,
     scenario: Scenario,
     initialised: u32,
+    /// Per event set: registered device indexes and, per device, XIDs already delivered.
+    event_sets: HashMap<usize, HashMap<usize, usize>>,
+    next_handle: usize,
 }
 
 /// Microseconds of the fake driver clock at library load; deliberately not wall time.
@@ -183,17 +230,14 @@ fn loaded_at() -> Instant {
     *LOADED.get_or_init(Instant::now)
 }
 
-/// Microseconds since the library was loaded, or the fixed value of
-/// `FAKE_NVML_FROZEN_CLOCK_US` so that golden tests see the same samples and energy each run.
+/// Microseconds since the library was loaded, or the value `FAKE_NVML_FROZEN_CLOCK_US` holds
+/// at the moment of the call, so that golden tests step the clock themselves and see the
+/// same samples, energy and GPM intervals on every run.
 fn elapsed_us() -> u64 {
-    static FROZEN: OnceLock<Option<u64>> = OnceLock::new();
-    let frozen = FROZEN.get_or_init(|| {
-        std::env::var("FAKE_NVML_FROZEN_CLOCK_US")
-            .ok()?
-            .parse()
-            .ok()
-    });
-    frozen.unwrap_or_else(|| loaded_at().elapsed().as_micros() as u64)
+    std::env::var("FAKE_NVML_FROZEN_CLOCK_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| loaded_at().elapsed().as_micros() as u64)
 }
 
 fn driver_clock_us() -> u64 {
@@ -314,11 +358,16 @@ pub unsafe extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     }
     let mut guard = state();
     let initialised = guard.as_ref().map_or(0, |s| s.initialised) + 1;
+    let (event_sets, next_handle) = guard
+        .take()
+        .map_or((HashMap::new(), 1), |s| (s.event_sets, s.next_handle));
     *guard = Some(State {
         path,
         modified,
         scenario,
         initialised,
+        event_sets,
+        next_handle,
     });
     SUCCESS
 }
@@ -939,4 +988,326 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     device_call(device, "nvmlDeviceGetGraphicsRunningProcesses_v3", |d| {
         running_processes(d, "graphics", count, infos)
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throttling time, field values (NVLink throughput, row remapping), NVLink state
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetViolationStatus(
+    device: nvmlDevice_t,
+    policy: nvmlPerfPolicyType_t,
+    time: *mut nvmlViolationTime_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetViolationStatus", |d| {
+        let nanoseconds = match policy {
+            nvmlPerfPolicyType_enum_NVML_PERF_POLICY_POWER => d.violation_power_ns,
+            nvmlPerfPolicyType_enum_NVML_PERF_POLICY_THERMAL => d.violation_thermal_ns,
+            _ => return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        };
+        set(
+            time,
+            nvmlViolationTime_t {
+                referenceTime: driver_clock_us(),
+                violationTime: nanoseconds,
+            },
+        )
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: nvmlDevice_t,
+    count: c_int,
+    values: *mut nvmlFieldValue_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetFieldValues", |d| {
+        if values.is_null() || count < 0 {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        for i in 0..count as usize {
+            let value = &mut *values.add(i);
+            let link = d.nvlinks.get(value.scopeId as usize);
+            let answer = match value.fieldId {
+                138 => link.map(|l| l.tx_kib),
+                139 => link.map(|l| l.rx_kib),
+                142 => Some(d.remapped_correctable),
+                143 => Some(d.remapped_uncorrectable),
+                144 => Some(u64::from(d.remap_pending)),
+                145 => Some(u64::from(d.remap_failed)),
+                _ => None,
+            };
+            value.timestamp = driver_clock_us() as i64;
+            match answer {
+                Some(v) => {
+                    value.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                    value.value = nvmlValue_t { ullVal: v };
+                    value.nvmlReturn = SUCCESS;
+                }
+                None => value.nvmlReturn = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            }
+        }
+        SUCCESS
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
+    device: nvmlDevice_t,
+    link: c_uint,
+    active: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetNvLinkState", |d| {
+        match d.nvlinks.get(link as usize) {
+            _ if d.nvlinks.is_empty() => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+            Some(l) => set(
+                active,
+                if l.active {
+                    nvmlEnableState_enum_NVML_FEATURE_ENABLED
+                } else {
+                    nvmlEnableState_enum_NVML_FEATURE_DISABLED
+                },
+            ),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPM: samples are heap cells recording device and time; metrics read the scenario's values
+// ---------------------------------------------------------------------------------------------
+
+struct GpmCell {
+    device: usize,
+    taken_us: u64,
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: nvmlDevice_t,
+    support: *mut nvmlGpmSupport_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlGpmQueryDeviceSupport", |d| {
+        if support.is_null() || (*support).version != NVML_GPM_SUPPORT_VERSION {
+            return nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        }
+        (*support).isSupportedDevice = u32::from(d.gpm.is_some());
+        SUCCESS
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
+    with_scenario(|_| {
+        set(
+            sample,
+            Box::into_raw(Box::new(GpmCell {
+                device: 0,
+                taken_us: 0,
+            })) as nvmlGpmSample_t,
+        )
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleFree(sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    if sample.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    drop(Box::from_raw(sample as *mut GpmCell));
+    SUCCESS
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleGet(
+    device: nvmlDevice_t,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlGpmSampleGet", |d| {
+        if d.gpm.is_none() {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        if sample.is_null() {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        let cell = &mut *(sample as *mut GpmCell);
+        cell.device = device as usize;
+        cell.taken_us = driver_clock_us();
+        SUCCESS
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    if request.is_null() || (*request).sample1.is_null() || (*request).sample2.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (*request).version != NVML_GPM_METRICS_GET_VERSION {
+        return nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    }
+    let first = &*((*request).sample1 as *const GpmCell);
+    let second = &*((*request).sample2 as *const GpmCell);
+    if first.device != second.device || first.taken_us >= second.taken_us {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    device_call(second.device as nvmlDevice_t, "nvmlGpmMetricsGet", |d| {
+        let Some(gpm) = d.gpm else {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        };
+        let request = &mut *request;
+        for metric in request.metrics.iter_mut().take(request.numMetrics as usize) {
+            let (value, name): (Option<f64>, &'static std::ffi::CStr) = match metric.metricId {
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => (Some(gpm.sm_util), c"SM_UTIL"),
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => {
+                    (Some(gpm.sm_occupancy), c"SM_OCCUPANCY")
+                }
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL => {
+                    (Some(gpm.tensor_util), c"ANY_TENSOR_UTIL")
+                }
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL => {
+                    (Some(gpm.dram_bw_util), c"DRAM_BW_UTIL")
+                }
+                _ => (None, c"UNSUPPORTED"),
+            };
+            metric.nvmlReturn = if value.is_some() {
+                SUCCESS
+            } else {
+                nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+            };
+            metric.value = value.unwrap_or(0.0);
+            let text = name.as_ptr() as *mut c_char;
+            metric.metricInfo.shortName = text;
+            metric.metricInfo.longName = text;
+            metric.metricInfo.unit = c"%".as_ptr() as *mut c_char;
+        }
+        SUCCESS
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events: XID errors listed in the scenario are delivered once each
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set_out: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    let mut guard = state();
+    let Some(state) = guard.as_mut().filter(|s| s.initialised > 0) else {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    };
+    let handle = state.next_handle;
+    state.next_handle += 1;
+    state.event_sets.insert(handle, HashMap::new());
+    set(set_out, handle as nvmlEventSet_t)
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetFree(set_handle: nvmlEventSet_t) -> nvmlReturn_t {
+    match state()
+        .as_mut()
+        .and_then(|s| s.event_sets.remove(&(set_handle as usize)))
+    {
+        Some(_) => SUCCESS,
+        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    }
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: nvmlDevice_t,
+    types: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetSupportedEventTypes", |_| {
+        set(types, u64::from(nvmlEventTypeXidCriticalError))
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
+    device: nvmlDevice_t,
+    types: c_ulonglong,
+    set_handle: nvmlEventSet_t,
+) -> nvmlReturn_t {
+    let answer = device_call(device, "nvmlDeviceRegisterEvents", |_| {
+        if types & !u64::from(nvmlEventTypeXidCriticalError) != 0 {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
+        SUCCESS
+    });
+    if answer != SUCCESS {
+        return answer;
+    }
+    let mut guard = state();
+    let Some(state) = guard.as_mut() else {
+        return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    };
+    // XIDs raised before registering are not delivered, as with the driver.
+    let index = device as usize - 1;
+    let raised = state
+        .scenario
+        .devices
+        .get(index)
+        .map_or(0, |d| d.xids.len());
+    match state.event_sets.get_mut(&(set_handle as usize)) {
+        Some(registered) => {
+            registered.insert(index, raised);
+            SUCCESS
+        }
+        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+    }
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set_handle: nvmlEventSet_t,
+    data: *mut nvmlEventData_t,
+    timeout_ms: c_uint,
+) -> nvmlReturn_t {
+    if data.is_null() {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    }
+    let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+    loop {
+        {
+            let mut guard = state();
+            let Some(state) = guard.as_mut().filter(|s| s.initialised > 0) else {
+                return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+            };
+            refresh(state);
+            let devices = &state.scenario.devices;
+            let Some(registered) = state.event_sets.get_mut(&(set_handle as usize)) else {
+                return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+            };
+            for (index, delivered) in registered.iter_mut() {
+                if let Some(xid) = devices.get(*index).and_then(|d| d.xids.get(*delivered)) {
+                    *delivered += 1;
+                    *data = nvmlEventData_t {
+                        device: (*index + 1) as nvmlDevice_t,
+                        eventType: u64::from(nvmlEventTypeXidCriticalError),
+                        eventData: *xid,
+                        gpuInstanceId: u32::MAX,
+                        computeInstanceId: u32::MAX,
+                    };
+                    return SUCCESS;
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -6,6 +6,7 @@
 //! reported down while the others keep answering. All calls run on the sampler thread.
 
 pub mod summary;
+mod xid;
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -13,17 +14,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, Sampling, TemperatureSensor,
-    TemperatureThreshold,
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, Sampling,
+    TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::{Device, GpmSample, Nvml};
 
 use super::{Source, SourceError};
 use crate::config::GpuSource as GpuConfig;
 use crate::snapshot::{
-    GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot, GpuUtilization, Snapshot,
+    GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot, GpuUtilization,
+    NvLinkState, RemappedRows, Snapshot,
 };
 
 /// A short, stable reason for an NVML error, used as a label value and in logs.
@@ -46,7 +50,7 @@ pub fn error_reason(error: &NvmlError) -> &'static str {
 }
 
 /// Every feature the source asks NVML for, as exported in `gpu_feature_supported`.
-pub const FEATURES: [&str; 22] = [
+pub const FEATURES: [&str; 27] = [
     "name",
     "pci_info",
     "numa_node",
@@ -69,6 +73,11 @@ pub const FEATURES: [&str; 22] = [
     "ecc",
     "processes",
     "process_utilization",
+    "violation_time",
+    "remapped_rows",
+    "nvlink",
+    "nvlink_throughput",
+    "gpm",
 ];
 
 /// What the source remembers about one GPU between ticks, keyed by UUID so that a different
@@ -85,6 +94,8 @@ struct GpuMemo {
     identity: Option<(String, String, Option<u32>, Option<String>)>,
     /// Features that failed with an unexpected error on the last tick (logged on change).
     failing: BTreeSet<&'static str>,
+    /// The GPM sample of the previous tick: GPM rates come from two samples.
+    gpm_previous: Option<GpmSample<'static>>,
 }
 
 /// A GPU that stopped answering part-way through a tick.
@@ -105,6 +116,9 @@ pub struct GpuSource {
     uuids: HashMap<u32, String>,
     /// Indexes currently down, to log only changes.
     down: BTreeSet<u32>,
+    /// XID errors counted by the event thread, and the watcher over the current GPUs.
+    xid_counts: xid::XidCounts,
+    xid_watcher: Option<xid::XidWatcher>,
 }
 
 impl GpuSource {
@@ -121,6 +135,8 @@ impl GpuSource {
             memos: HashMap::new(),
             uuids: HashMap::new(),
             down: BTreeSet::new(),
+            xid_counts: Default::default(),
+            xid_watcher: None,
         }
     }
 
@@ -180,6 +196,7 @@ impl GpuSource {
                     ..GpuDevice::default()
                 };
                 let result = read_device(
+                    nvml,
                     &device,
                     memo,
                     &mut gpu,
@@ -223,6 +240,27 @@ impl GpuSource {
             self.down.insert(index);
         }
         gpu
+    }
+}
+
+impl GpuSource {
+    /// Keeps an XID watcher registered on exactly the answering GPUs, and copies its counts.
+    fn watch_xids(&mut self, nvml: &'static Nvml, devices: &mut [GpuDevice]) {
+        let answering: Vec<(u32, String)> = devices
+            .iter()
+            .filter(|d| d.up)
+            .map(|d| (d.index, d.uuid.clone()))
+            .collect();
+        if self.xid_watcher.as_ref().map(|w| &w.gpus) != Some(&answering) {
+            // Replacing the watcher stops the old thread.
+            self.xid_watcher = Some(xid::watch(nvml, answering, self.xid_counts.clone()));
+        }
+        let counts = self.xid_counts.lock().unwrap_or_else(|p| p.into_inner());
+        for device in devices {
+            if let Some(codes) = counts.get(&device.uuid) {
+                device.xid_errors = codes.iter().map(|(code, n)| (*code, *n)).collect();
+            }
+        }
     }
 }
 
@@ -275,7 +313,8 @@ fn mhz(value: u32) -> f64 {
 }
 
 fn read_device(
-    device: &Device,
+    nvml: &'static Nvml,
+    device: &Device<'static>,
     memo: &mut GpuMemo,
     gpu: &mut GpuDevice,
     procfs: &std::path::Path,
@@ -386,8 +425,172 @@ fn read_device(
     gpu.ecc_uncorrected = ask(memo, &uuid, "ecc", || {
         device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
     })?;
+    gpu.violation_power_seconds = ask(memo, &uuid, "violation_time", || {
+        device.violation_status(PerformancePolicy::Power)
+    })?
+    .map(|v| v.violation_time as f64 / 1e9);
+    gpu.violation_thermal_seconds = ask(memo, &uuid, "violation_time", || {
+        device.violation_status(PerformancePolicy::Thermal)
+    })?
+    .map(|v| v.violation_time as f64 / 1e9);
+    gpu.remapped_rows = ask(memo, &uuid, "remapped_rows", || remapped_rows(device))?;
+    gpu.nvlink = read_nvlink(nvml, device, memo, &uuid)?;
+    gpu.gpm = read_gpm(nvml, device, memo, &uuid)?;
     gpu.processes = read_processes(device, memo, &uuid, procfs, max_processes)?;
     Ok(())
+}
+
+/// Field ids of nvml.h: NVLink data counters (per link, in KiB) and row remapping.
+const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+const FI_REMAPPED_ROWS: [u32; 4] = [142, 143, 144, 145];
+
+/// NVML has at most this many NVLink links per GPU (NVML_NVLINK_MAX_LINKS).
+const NVLINK_MAX_LINKS: u32 = 18;
+
+fn remapped_rows(device: &Device) -> Result<RemappedRows, NvmlError> {
+    let ids = FI_REMAPPED_ROWS.map(FieldId);
+    let mut values = [0u64; 4];
+    for (slot, sample) in values.iter_mut().zip(device.field_values_for(&ids)?) {
+        *slot = match sample?.value? {
+            SampleValue::U64(v) => v,
+            SampleValue::U32(v) => u64::from(v),
+            _ => return Err(NvmlError::UnexpectedVariant(0)),
+        };
+    }
+    Ok(RemappedRows {
+        correctable: values[0],
+        uncorrectable: values[1],
+        pending: values[2] != 0,
+        failed: values[3] != 0,
+    })
+}
+
+fn read_nvlink(
+    nvml: &Nvml,
+    device: &Device,
+    memo: &mut GpuMemo,
+    uuid: &str,
+) -> Result<Option<NvLinkState>, Lost> {
+    let mut links = Vec::new();
+    for link in 0..NVLINK_MAX_LINKS {
+        if memo.unsupported.contains("nvlink") {
+            return Ok(None);
+        }
+        match device.link_wrapper_for(link).is_active() {
+            Ok(active) => links.push(active),
+            // Past the last link of this GPU.
+            Err(NvmlError::InvalidArg) => break,
+            Err(error) => {
+                // Routes NOT_SUPPORTED (no NVLink at all) and GPU_IS_LOST through the cache.
+                ask(memo, uuid, "nvlink", || Err::<(), _>(error))?;
+                return Ok(None);
+            }
+        }
+    }
+    let active: Vec<u32> = (0..links.len() as u32)
+        .filter(|&l| links[l as usize])
+        .collect();
+    let traffic = if active.is_empty() {
+        None
+    } else {
+        ask(memo, uuid, "nvlink_throughput", || {
+            nvlink_bytes(nvml, device, &active)
+        })?
+    };
+    Ok(Some(NvLinkState {
+        links,
+        tx_bytes: traffic.map(|(tx, _)| tx),
+        rx_bytes: traffic.map(|(_, rx)| rx),
+    }))
+}
+
+/// Data bytes (sent, received) over `links`, summed. These fields are per link (scope id =
+/// link index), which nvml-wrapper's field-value call cannot express, so this calls
+/// nvmlDeviceGetFieldValues directly.
+fn nvlink_bytes(nvml: &Nvml, device: &Device, links: &[u32]) -> Result<(u64, u64), NvmlError> {
+    use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetFieldValues.as_ref())?;
+    let mut values: Vec<nvmlFieldValue_t> = links
+        .iter()
+        .flat_map(|&link| {
+            [FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX].map(|field| {
+                // SAFETY: a plain C struct for which all zeroes is a valid value.
+                let mut value: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+                value.fieldId = field;
+                value.scopeId = link;
+                value
+            })
+        })
+        .collect();
+    // SAFETY: the handle is valid while `device` lives, and `values` holds exactly the
+    // number of initialised entries we pass.
+    nvml_try(unsafe { sym(device.handle(), values.len() as i32, values.as_mut_ptr()) })?;
+    let (mut tx, mut rx) = (0u64, 0u64);
+    for value in &values {
+        nvml_try(value.nvmlReturn)?;
+        // SAFETY: NVML reports these counters as unsigned long long.
+        let kib = unsafe { value.value.ullVal };
+        match value.fieldId {
+            FI_NVLINK_THROUGHPUT_DATA_TX => tx = tx.saturating_add(kib),
+            _ => rx = rx.saturating_add(kib),
+        }
+    }
+    Ok((tx.saturating_mul(1024), rx.saturating_mul(1024)))
+}
+
+/// GPM rates between the previous tick's sample and a new one (none on the first tick).
+fn read_gpm(
+    nvml: &'static Nvml,
+    device: &Device<'static>,
+    memo: &mut GpuMemo,
+    uuid: &str,
+) -> Result<Option<GpmMetrics>, Lost> {
+    if memo.gpm_previous.is_none() {
+        // GPUs before Hopper answer NOT_SUPPORTED or plainly "no": either way, unsupported.
+        match ask(memo, uuid, "gpm", || device.gpm_support())? {
+            Some(true) => {}
+            Some(false) => {
+                memo.unsupported.insert("gpm");
+                return Ok(None);
+            }
+            None => return Ok(None),
+        }
+    }
+    let Some(sample) = ask(memo, uuid, "gpm", || device.gpm_sample())? else {
+        return Ok(None);
+    };
+    let Some(previous) = memo.gpm_previous.replace(sample) else {
+        return Ok(None);
+    };
+    let current = memo.gpm_previous.as_ref().expect("just stored");
+    let ids = [
+        GpmMetricId::SmUtil,
+        GpmMetricId::SmOccupancy,
+        GpmMetricId::AnyTensorUtil,
+        GpmMetricId::DramBwUtil,
+    ];
+    let results = match nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &ids) {
+        Ok(results) => results,
+        Err(NvmlError::GpuLost) => return Err(Lost("gpu_lost")),
+        Err(_) => return Ok(None),
+    };
+    let values: Vec<f64> = results
+        .into_iter()
+        .map(|r| {
+            r.map(|m| (m.value / 100.0).clamp(0.0, 1.0))
+                .unwrap_or(f64::NAN)
+        })
+        .collect();
+    if values.iter().any(|v| v.is_nan()) {
+        return Ok(None);
+    }
+    Ok(Some(GpmMetrics {
+        sm_activity_ratio: values[0],
+        sm_occupancy_ratio: values[1],
+        tensor_activity_ratio: values[2],
+        dram_bandwidth_ratio: values[3],
+    }))
 }
 
 fn read_processes(
@@ -493,9 +696,10 @@ impl Source for GpuSource {
                 )));
             }
         };
-        let devices: Vec<GpuDevice> = (0..count)
+        let mut devices: Vec<GpuDevice> = (0..count)
             .map(|index| self.sample_device(nvml, index))
             .collect();
+        self.watch_xids(nvml, &mut devices);
         // Forget GPUs no longer counted (re-discovery when the count or UUIDs change).
         self.uuids.retain(|index, _| *index < count);
         self.memos

@@ -93,6 +93,9 @@ pub struct GpuSource {
     /// Longest wait between two attempts to initialise NVML while it is failing; attempts
     /// start one interval apart and double up to this.
     pub nvml_retry_max_interval: ConfigDuration,
+    /// How long one tick waits for a GPU's readings; a GPU that takes longer is reported
+    /// down (`timeout`) for that tick while the others and the host sources carry on.
+    pub timeout: ConfigDuration,
 }
 
 impl Default for GpuSource {
@@ -102,6 +105,7 @@ impl Default for GpuSource {
             nvml_library: PathBuf::from("libnvidia-ml.so.1"),
             max_processes_per_gpu: 10,
             nvml_retry_max_interval: ConfigDuration(Duration::from_secs(60)),
+            timeout: ConfigDuration(Duration::from_millis(500)),
         }
     }
 }

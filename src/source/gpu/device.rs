@@ -1,0 +1,549 @@
+//! Reading one GPU: every NVML call for a device, with the memory that makes repeated reads
+//! cheap and quiet (unsupported features, last-seen sample timestamps, the previous GPM
+//! sample). A [`DeviceReader`] serves one NVML index and lives on that GPU's worker thread.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, Sampling,
+    TemperatureSensor, TemperatureThreshold,
+};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::{Device, GpmSample, Nvml};
+
+use super::{error_reason, summary};
+use crate::snapshot::{
+    GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, NvLinkState,
+    RemappedRows,
+};
+
+/// Every feature the source asks NVML for, as exported in `gpu_feature_supported`.
+pub const FEATURES: [&str; 27] = [
+    "name",
+    "pci_info",
+    "numa_node",
+    "cpu_affinity",
+    "utilization",
+    "utilization_samples",
+    "memory",
+    "temperature",
+    "temperature_thresholds",
+    "power",
+    "power_limit",
+    "energy",
+    "clocks",
+    "max_clocks",
+    "throttle_reasons",
+    "pcie_link",
+    "pcie_max_link",
+    "pcie_throughput",
+    "pcie_replays",
+    "ecc",
+    "processes",
+    "process_utilization",
+    "violation_time",
+    "remapped_rows",
+    "nvlink",
+    "nvlink_throughput",
+    "gpm",
+];
+
+/// What the reader remembers about the GPU at its index between ticks; reset when a GPU
+/// with another UUID appears there.
+#[derive(Debug, Default)]
+struct GpuMemo {
+    /// Features answered with NOT_SUPPORTED or missing from the library: never asked again.
+    unsupported: BTreeSet<&'static str>,
+    /// Newest utilization sample already summarised (driver clock, opaque).
+    last_sample: u64,
+    /// Newest per-process utilization sample already used (driver clock, opaque).
+    last_process_sample: u64,
+    /// Identity read once: model, PCI bus id, NUMA node, CPU affinity.
+    identity: Option<(String, String, Option<u32>, Option<String>)>,
+    /// Features that failed with an unexpected error on the last tick (logged on change).
+    failing: BTreeSet<&'static str>,
+    /// The GPM sample of the previous tick: GPM rates come from two samples.
+    gpm_previous: Option<GpmSample<'static>>,
+}
+
+/// A GPU that stopped answering part-way through a tick.
+struct Lost(&'static str);
+
+/// Reads the GPU at one NVML index, tick after tick.
+pub struct DeviceReader {
+    nvml: &'static Nvml,
+    index: u32,
+    procfs: PathBuf,
+    max_processes: usize,
+    /// UUID the index last answered with, to name the GPU when it stops answering.
+    uuid: String,
+    memo: GpuMemo,
+}
+
+impl DeviceReader {
+    /// A reader for the GPU at `index`; process names are read below `procfs`.
+    pub fn new(nvml: &'static Nvml, index: u32, procfs: PathBuf, max_processes: usize) -> Self {
+        DeviceReader {
+            nvml,
+            index,
+            procfs,
+            max_processes,
+            uuid: String::new(),
+            memo: GpuMemo::default(),
+        }
+    }
+
+    /// One tick's reading. A GPU that does not answer comes back with `up == false`, the
+    /// reason in `error`, and identity only: no stale or partial measurements.
+    pub fn read(&mut self) -> GpuDevice {
+        let answered = self
+            .nvml
+            .device_by_index(self.index)
+            .and_then(|device| Ok((device.uuid()?, device)));
+        let result = match answered {
+            Ok((uuid, device)) => {
+                if uuid != self.uuid {
+                    self.memo = GpuMemo::default();
+                    self.uuid = uuid.clone();
+                }
+                let mut gpu = GpuDevice {
+                    uuid,
+                    ..GpuDevice::default()
+                };
+                read_device(
+                    self.nvml,
+                    &device,
+                    &mut self.memo,
+                    &mut gpu,
+                    &self.procfs,
+                    self.max_processes,
+                )
+                .map(|()| gpu)
+            }
+            // A lost GPU fails even its handle lookup.
+            Err(error) => Err(Lost(error_reason(&error))),
+        };
+        let mut gpu = result.unwrap_or_else(|Lost(reason)| GpuDevice {
+            error: reason.to_string(),
+            ..GpuDevice::default()
+        });
+        gpu.index = self.index;
+        gpu.up = gpu.error.is_empty();
+        gpu.uuid = self.uuid.clone();
+        if let Some((model, bus_id, numa, affinity)) = &self.memo.identity {
+            gpu.model = model.clone();
+            gpu.pci_bus_id = bus_id.clone();
+            gpu.numa_node = *numa;
+            gpu.cpu_affinity = affinity.clone();
+        }
+        gpu.unsupported = self.memo.unsupported.iter().copied().collect();
+        gpu
+    }
+}
+
+/// Asks NVML for one feature through `memo`: unsupported features are skipped, a lost GPU
+/// aborts the device's tick, "not found" is an empty answer, other errors drop the feature
+/// for this tick and are logged when they start and stop.
+fn ask<T>(
+    memo: &mut GpuMemo,
+    uuid: &str,
+    feature: &'static str,
+    call: impl FnOnce() -> Result<T, NvmlError>,
+) -> Result<Option<T>, Lost> {
+    if memo.unsupported.contains(feature) {
+        return Ok(None);
+    }
+    match call() {
+        Ok(value) => {
+            if memo.failing.remove(feature) {
+                tracing::info!(gpu = uuid, feature, "NVML call recovered");
+            }
+            Ok(Some(value))
+        }
+        Err(NvmlError::NotFound) => Ok(None),
+        Err(
+            error @ (NvmlError::NotSupported
+            | NvmlError::FailedToLoadSymbol(_)
+            | NvmlError::FunctionNotFound),
+        ) => {
+            tracing::debug!(
+                gpu = uuid,
+                feature,
+                reason = error_reason(&error),
+                "not supported on this GPU or driver; not asked again"
+            );
+            memo.unsupported.insert(feature);
+            Ok(None)
+        }
+        Err(NvmlError::GpuLost) => Err(Lost("gpu_lost")),
+        Err(error) => {
+            if memo.failing.insert(feature) {
+                tracing::warn!(gpu = uuid, feature, error = %error, "NVML call failed");
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn mhz(value: u32) -> f64 {
+    f64::from(value) * 1e6
+}
+
+fn read_device(
+    nvml: &'static Nvml,
+    device: &Device<'static>,
+    memo: &mut GpuMemo,
+    gpu: &mut GpuDevice,
+    procfs: &std::path::Path,
+    max_processes: usize,
+) -> Result<(), Lost> {
+    let uuid = gpu.uuid.clone();
+    if memo.identity.is_none() {
+        let model = ask(memo, &uuid, "name", || device.name())?.unwrap_or_default();
+        let bus_id = ask(memo, &uuid, "pci_info", || device.pci_info())?
+            .map(|p| p.bus_id)
+            .unwrap_or_default();
+        let numa = ask(memo, &uuid, "numa_node", || device.numa_node_id())?;
+        let affinity = ask(memo, &uuid, "cpu_affinity", || device.cpu_affinity(16))?
+            .map(|words| summary::cpu_list(&words));
+        memo.identity = Some((model, bus_id, numa, affinity));
+    }
+
+    gpu.utilization =
+        ask(memo, &uuid, "utilization", || device.utilization_rates())?.map(|u| GpuUtilization {
+            gpu_ratio: f64::from(u.gpu) / 100.0,
+            memory_ratio: f64::from(u.memory) / 100.0,
+        });
+    let last_sample = memo.last_sample;
+    if let Some(samples) = ask(memo, &uuid, "utilization_samples", || {
+        device.samples(Sampling::GpuUtilization, last_sample)
+    })? {
+        memo.last_sample = samples
+            .iter()
+            .map(|s| s.timestamp)
+            .max()
+            .unwrap_or(last_sample);
+        let percentages: Vec<u32> = samples
+            .iter()
+            .map(|s| match s.value {
+                SampleValue::U32(v) => v,
+                SampleValue::U64(v) => v.min(100) as u32,
+                SampleValue::F64(v) => v.clamp(0.0, 100.0) as u32,
+                SampleValue::I64(v) => v.clamp(0, 100) as u32,
+            })
+            .collect();
+        gpu.busy = summary::busy_summary(&percentages);
+    }
+    gpu.memory = ask(memo, &uuid, "memory", || device.memory_info())?.map(|m| GpuMemory {
+        total_bytes: m.total,
+        used_bytes: m.used,
+        free_bytes: m.free,
+        reserved_bytes: m.reserved,
+    });
+    gpu.temperature_celsius = ask(memo, &uuid, "temperature", || {
+        device.temperature(TemperatureSensor::Gpu)
+    })?
+    .map(f64::from);
+    gpu.slowdown_temperature_celsius = ask(memo, &uuid, "temperature_thresholds", || {
+        device.temperature_threshold(TemperatureThreshold::Slowdown)
+    })?
+    .map(f64::from);
+    gpu.shutdown_temperature_celsius = ask(memo, &uuid, "temperature_thresholds", || {
+        device.temperature_threshold(TemperatureThreshold::Shutdown)
+    })?
+    .map(f64::from);
+    gpu.power_watts =
+        ask(memo, &uuid, "power", || device.power_usage())?.map(|mw| f64::from(mw) / 1000.0);
+    gpu.power_limit_watts = ask(memo, &uuid, "power_limit", || device.enforced_power_limit())?
+        .map(|mw| f64::from(mw) / 1000.0);
+    gpu.energy_joules = ask(memo, &uuid, "energy", || device.total_energy_consumption())?
+        .map(|mj| mj as f64 / 1000.0);
+    for (domain, clock) in [
+        ("sm", Clock::SM),
+        ("memory", Clock::Memory),
+        ("graphics", Clock::Graphics),
+    ] {
+        let hertz = ask(memo, &uuid, "clocks", || device.clock_info(clock))?.map(mhz);
+        let max_hertz = ask(memo, &uuid, "max_clocks", || device.max_clock_info(clock))?.map(mhz);
+        if hertz.is_some() || max_hertz.is_some() {
+            gpu.clocks.push(GpuClock {
+                domain,
+                hertz,
+                max_hertz,
+            });
+        }
+    }
+    gpu.throttle_reasons = ask(memo, &uuid, "throttle_reasons", || {
+        device.current_throttle_reasons()
+    })?
+    .map(|r| r.bits());
+    gpu.pcie.generation = ask(memo, &uuid, "pcie_link", || device.current_pcie_link_gen())?;
+    gpu.pcie.width = ask(memo, &uuid, "pcie_link", || {
+        device.current_pcie_link_width()
+    })?;
+    gpu.pcie.max_generation = ask(memo, &uuid, "pcie_max_link", || device.max_pcie_link_gen())?;
+    gpu.pcie.max_width = ask(memo, &uuid, "pcie_max_link", || {
+        device.max_pcie_link_width()
+    })?;
+    // NVML reports PCIe throughput in KB/s.
+    gpu.pcie.tx_bytes_per_second = ask(memo, &uuid, "pcie_throughput", || {
+        device.pcie_throughput(PcieUtilCounter::Send)
+    })?
+    .map(|kb| f64::from(kb) * 1024.0);
+    gpu.pcie.rx_bytes_per_second = ask(memo, &uuid, "pcie_throughput", || {
+        device.pcie_throughput(PcieUtilCounter::Receive)
+    })?
+    .map(|kb| f64::from(kb) * 1024.0);
+    gpu.pcie.replays =
+        ask(memo, &uuid, "pcie_replays", || device.pcie_replay_counter())?.map(u64::from);
+    gpu.ecc_corrected = ask(memo, &uuid, "ecc", || {
+        device.total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+    })?;
+    gpu.ecc_uncorrected = ask(memo, &uuid, "ecc", || {
+        device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
+    })?;
+    gpu.violation_power_seconds = ask(memo, &uuid, "violation_time", || {
+        device.violation_status(PerformancePolicy::Power)
+    })?
+    .map(|v| v.violation_time as f64 / 1e9);
+    gpu.violation_thermal_seconds = ask(memo, &uuid, "violation_time", || {
+        device.violation_status(PerformancePolicy::Thermal)
+    })?
+    .map(|v| v.violation_time as f64 / 1e9);
+    gpu.remapped_rows = ask(memo, &uuid, "remapped_rows", || remapped_rows(device))?;
+    gpu.nvlink = read_nvlink(nvml, device, memo, &uuid)?;
+    gpu.gpm = read_gpm(nvml, device, memo, &uuid)?;
+    gpu.processes = read_processes(device, memo, &uuid, procfs, max_processes)?;
+    Ok(())
+}
+
+/// Field ids of nvml.h: NVLink data counters (per link, in KiB) and row remapping.
+const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
+const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
+const FI_REMAPPED_ROWS: [u32; 4] = [142, 143, 144, 145];
+
+/// NVML has at most this many NVLink links per GPU (NVML_NVLINK_MAX_LINKS).
+const NVLINK_MAX_LINKS: u32 = 18;
+
+fn remapped_rows(device: &Device) -> Result<RemappedRows, NvmlError> {
+    let ids = FI_REMAPPED_ROWS.map(FieldId);
+    let mut values = [0u64; 4];
+    for (slot, sample) in values.iter_mut().zip(device.field_values_for(&ids)?) {
+        *slot = match sample?.value? {
+            SampleValue::U64(v) => v,
+            SampleValue::U32(v) => u64::from(v),
+            _ => return Err(NvmlError::UnexpectedVariant(0)),
+        };
+    }
+    Ok(RemappedRows {
+        correctable: values[0],
+        uncorrectable: values[1],
+        pending: values[2] != 0,
+        failed: values[3] != 0,
+    })
+}
+
+fn read_nvlink(
+    nvml: &Nvml,
+    device: &Device,
+    memo: &mut GpuMemo,
+    uuid: &str,
+) -> Result<Option<NvLinkState>, Lost> {
+    let mut links = Vec::new();
+    for link in 0..NVLINK_MAX_LINKS {
+        if memo.unsupported.contains("nvlink") {
+            return Ok(None);
+        }
+        match device.link_wrapper_for(link).is_active() {
+            Ok(active) => links.push(active),
+            // Past the last link of this GPU.
+            Err(NvmlError::InvalidArg) => break,
+            Err(error) => {
+                // Routes NOT_SUPPORTED (no NVLink at all) and GPU_IS_LOST through the cache.
+                ask(memo, uuid, "nvlink", || Err::<(), _>(error))?;
+                return Ok(None);
+            }
+        }
+    }
+    let active: Vec<u32> = (0..links.len() as u32)
+        .filter(|&l| links[l as usize])
+        .collect();
+    let traffic = if active.is_empty() {
+        None
+    } else {
+        ask(memo, uuid, "nvlink_throughput", || {
+            nvlink_bytes(nvml, device, &active)
+        })?
+    };
+    Ok(Some(NvLinkState {
+        links,
+        tx_bytes: traffic.map(|(tx, _)| tx),
+        rx_bytes: traffic.map(|(_, rx)| rx),
+    }))
+}
+
+/// Data bytes (sent, received) over `links`, summed. These fields are per link (scope id =
+/// link index), which nvml-wrapper's field-value call cannot express, so this calls
+/// nvmlDeviceGetFieldValues directly.
+fn nvlink_bytes(nvml: &Nvml, device: &Device, links: &[u32]) -> Result<(u64, u64), NvmlError> {
+    use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetFieldValues.as_ref())?;
+    let mut values: Vec<nvmlFieldValue_t> = links
+        .iter()
+        .flat_map(|&link| {
+            [FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX].map(|field| {
+                // SAFETY: a plain C struct for which all zeroes is a valid value.
+                let mut value: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+                value.fieldId = field;
+                value.scopeId = link;
+                value
+            })
+        })
+        .collect();
+    // SAFETY: the handle is valid while `device` lives, and `values` holds exactly the
+    // number of initialised entries we pass.
+    nvml_try(unsafe { sym(device.handle(), values.len() as i32, values.as_mut_ptr()) })?;
+    let (mut tx, mut rx) = (0u64, 0u64);
+    for value in &values {
+        nvml_try(value.nvmlReturn)?;
+        // SAFETY: NVML reports these counters as unsigned long long.
+        let kib = unsafe { value.value.ullVal };
+        match value.fieldId {
+            FI_NVLINK_THROUGHPUT_DATA_TX => tx = tx.saturating_add(kib),
+            _ => rx = rx.saturating_add(kib),
+        }
+    }
+    Ok((tx.saturating_mul(1024), rx.saturating_mul(1024)))
+}
+
+/// GPM rates between the previous tick's sample and a new one (none on the first tick).
+fn read_gpm(
+    nvml: &'static Nvml,
+    device: &Device<'static>,
+    memo: &mut GpuMemo,
+    uuid: &str,
+) -> Result<Option<GpmMetrics>, Lost> {
+    if memo.gpm_previous.is_none() {
+        // GPUs before Hopper answer NOT_SUPPORTED or plainly "no": either way, unsupported.
+        match ask(memo, uuid, "gpm", || device.gpm_support())? {
+            Some(true) => {}
+            Some(false) => {
+                memo.unsupported.insert("gpm");
+                return Ok(None);
+            }
+            None => return Ok(None),
+        }
+    }
+    let Some(sample) = ask(memo, uuid, "gpm", || device.gpm_sample())? else {
+        return Ok(None);
+    };
+    let Some(previous) = memo.gpm_previous.replace(sample) else {
+        return Ok(None);
+    };
+    let current = memo.gpm_previous.as_ref().expect("just stored");
+    let ids = [
+        GpmMetricId::SmUtil,
+        GpmMetricId::SmOccupancy,
+        GpmMetricId::AnyTensorUtil,
+        GpmMetricId::DramBwUtil,
+    ];
+    let results = match nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &ids) {
+        Ok(results) => results,
+        Err(NvmlError::GpuLost) => return Err(Lost("gpu_lost")),
+        Err(_) => return Ok(None),
+    };
+    let values: Vec<f64> = results
+        .into_iter()
+        .map(|r| {
+            r.map(|m| (m.value / 100.0).clamp(0.0, 1.0))
+                .unwrap_or(f64::NAN)
+        })
+        .collect();
+    if values.iter().any(|v| v.is_nan()) {
+        return Ok(None);
+    }
+    Ok(Some(GpmMetrics {
+        sm_activity_ratio: values[0],
+        sm_occupancy_ratio: values[1],
+        tensor_activity_ratio: values[2],
+        dram_bandwidth_ratio: values[3],
+    }))
+}
+
+fn read_processes(
+    device: &Device,
+    memo: &mut GpuMemo,
+    uuid: &str,
+    procfs: &std::path::Path,
+    limit: usize,
+) -> Result<Vec<GpuProcess>, Lost> {
+    let compute = ask(memo, uuid, "processes", || {
+        device.running_compute_processes()
+    })?;
+    let graphics = ask(memo, uuid, "graphics_processes", || {
+        device.running_graphics_processes()
+    })?;
+    let mut by_pid: HashMap<u32, GpuProcess> = HashMap::new();
+    for (kind, list) in [("graphics", graphics), ("compute", compute)] {
+        for info in list.into_iter().flatten() {
+            let used = match info.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => bytes,
+                UsedGpuMemory::Unavailable => 0,
+            };
+            // A process with both contexts is listed once, as compute.
+            by_pid.insert(
+                info.pid,
+                GpuProcess {
+                    pid: info.pid,
+                    kind,
+                    used_memory_bytes: used,
+                    ..GpuProcess::default()
+                },
+            );
+        }
+    }
+    if by_pid.is_empty() {
+        return Ok(Vec::new());
+    }
+    let last_seen = memo.last_process_sample;
+    let utilization = ask(memo, uuid, "process_utilization", || {
+        device.process_utilization_stats(last_seen)
+    })?;
+    let supported = !memo.unsupported.contains("process_utilization");
+    let mut newest: HashMap<u32, (u64, f64, f64)> = HashMap::new();
+    for sample in utilization.into_iter().flatten() {
+        memo.last_process_sample = memo.last_process_sample.max(sample.timestamp);
+        let entry = newest.entry(sample.pid).or_insert((0, 0.0, 0.0));
+        if sample.timestamp >= entry.0 {
+            *entry = (
+                sample.timestamp,
+                f64::from(sample.sm_util.min(100)) / 100.0,
+                f64::from(sample.mem_util.min(100)) / 100.0,
+            );
+        }
+    }
+    let processes = by_pid
+        .into_values()
+        .map(|mut p| {
+            if supported {
+                // No sample for a listed process means it ran no kernel in the interval.
+                let (_, sm, mem) = newest.get(&p.pid).copied().unwrap_or_default();
+                p.sm_ratio = Some(sm);
+                p.memory_ratio = Some(mem);
+            }
+            p
+        })
+        .collect();
+    let mut top = summary::top_processes(processes, limit);
+    for process in &mut top {
+        process.command =
+            std::fs::read_to_string(procfs.join(process.pid.to_string()).join("comm"))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_else(|_| "unknown".into());
+    }
+    Ok(top)
+}

@@ -337,6 +337,10 @@ pub struct GpuDevice {
     pub gpm: Option<GpmMetrics>,
     /// XID errors seen since the exporter started, by XID code.
     pub xid_errors: Vec<(u64, u64)>,
+    /// MIG mode, where the GPU has it.
+    pub mig_enabled: Option<bool>,
+    /// MIG devices while MIG mode is on.
+    pub mig_devices: Vec<MigDevice>,
     /// The busiest processes on the GPU (bounded by configuration).
     pub processes: Vec<GpuProcess>,
     /// Features this GPU or driver does not offer (never fetched again), sorted.
@@ -463,4 +467,19 @@ pub struct GpmMetrics {
     pub tensor_activity_ratio: f64,
     /// Share of peak DRAM bandwidth used.
     pub dram_bandwidth_ratio: f64,
+}
+
+/// A MIG device (GPU instance slice) of a GPU in MIG mode.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigDevice {
+    /// Position among the parent's MIG devices.
+    pub index: u32,
+    /// MIG UUID, e.g. `MIG-2b2c...`, as device plugins hand it to pods.
+    pub uuid: String,
+    /// GPU instance id.
+    pub gpu_instance_id: Option<u32>,
+    /// Memory of the instance.
+    pub memory: Option<GpuMemory>,
+    /// GPM SM activity of the GPU instance over the last interval (Hopper and newer).
+    pub sm_activity_ratio: Option<f64>,
 }

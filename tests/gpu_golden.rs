@@ -139,6 +139,32 @@ fn gpu_node_and_missing_library_goldens() {
     assert_eq!(gpu("gpu_sm_activity_ratio", "3"), None);
     assert_eq!(feature("3", "gpm"), Some(0.0));
     assert_eq!(feature("3", "nvlink"), Some(0.0));
+    // MIG: devices with their UUIDs and memory; SM activity per GPU instance where GPM exists.
+    assert_eq!(gpu("gpu_mig_enabled", "3"), Some(1.0));
+    assert_eq!(gpu("gpu_mig_enabled", "0"), Some(0.0));
+    let mig =
+        |metric: &str, suffix: &str| value(&f, metric, &[("mig_uuid", &format!("MIG-{suffix}"))]);
+    assert_eq!(
+        mig(
+            "gpu_mig_memory_used_bytes",
+            "3a1b2c3d-0000-4000-8000-00000000000a"
+        ),
+        Some(4294967296.0)
+    );
+    assert_eq!(
+        mig(
+            "gpu_mig_sm_activity_ratio",
+            "1a1b2c3d-0000-4000-8000-00000000000a"
+        ),
+        Some(0.4)
+    );
+    assert_eq!(
+        mig(
+            "gpu_mig_sm_activity_ratio",
+            "3a1b2c3d-0000-4000-8000-00000000000a"
+        ),
+        None
+    );
     // NVLink: three of four links active, traffic summed over the active ones.
     assert_eq!(
         value(&f, "gpu_nvlink_link_active", &[("gpu", "0"), ("link", "2")]),

@@ -130,3 +130,8 @@ metric!(GPM_SM_OCCUPANCY, "gpu_sm_occupancy_ratio", Gauge, RATIO, ["gpu", "uuid"
 metric!(GPM_TENSOR, "gpu_tensor_activity_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: share of the last interval any tensor pipe was busy.");
 metric!(GPM_DRAM, "gpu_dram_bandwidth_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "GPM: share of peak device-memory bandwidth used over the last interval.");
 metric!(XID_ERRORS, "gpu_xid_errors", Counter, None, ["gpu", "uuid", "xid"], "XID errors the driver reported since the exporter started, by XID code (a series appears with the first error of a code).");
+metric!(MIG_ENABLED, "gpu_mig_enabled", Gauge, None, ["gpu", "uuid"], "1 when the GPU is in MIG mode (absent on GPUs without MIG).");
+metric!(MIG_INFO, "gpu_mig", Info, None, ["gpu", "uuid", "mig_uuid", "mig_index", "gpu_instance_id"], "A MIG device of the GPU, with the MIG UUID that device plugins hand to pods.");
+metric!(MIG_MEM_TOTAL, "gpu_mig_memory_total_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device.");
+metric!(MIG_MEM_USED, "gpu_mig_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device in use.");
+metric!(MIG_SM_ACTIVITY, "gpu_mig_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: SM activity of the MIG device's GPU instance over the last interval (Hopper and newer; NVML offers no other per-MIG utilization).");

@@ -467,6 +467,7 @@ fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
     per_gpu(out, &GPM_DRAM, gpus, |g| {
         g.gpm.map(|m| m.dram_bandwidth_ratio)
     });
+    mig_families(gpus, out);
     let mut memory = Family::new(&PROC_MEM);
     let mut sm = Family::new(&PROC_SM);
     let mut memory_util = Family::new(&PROC_MEM_UTIL);
@@ -532,6 +533,42 @@ fn gpu_health_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
         g.nvlink.as_ref()?.rx_bytes.map(|b| b as f64)
     });
     out.push(xids);
+}
+
+fn mig_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
+    per_gpu(out, &MIG_ENABLED, gpus, |g| g.mig_enabled.map(flag));
+    let mut info = Family::new(&MIG_INFO);
+    let mut total = Family::new(&MIG_MEM_TOTAL);
+    let mut used = Family::new(&MIG_MEM_USED);
+    let mut activity = Family::new(&MIG_SM_ACTIVITY);
+    for gpu in gpus.iter().filter(|g| g.up) {
+        let index = gpu.index.to_string();
+        for mig in &gpu.mig_devices {
+            let instance = mig
+                .gpu_instance_id
+                .map(|i| i.to_string())
+                .unwrap_or_default();
+            info.add(
+                &[
+                    &index,
+                    &gpu.uuid,
+                    &mig.uuid,
+                    &mig.index.to_string(),
+                    &instance,
+                ],
+                1.0,
+            );
+            let labels = [index.as_str(), &gpu.uuid, &mig.uuid];
+            if let Some(memory) = mig.memory {
+                total.add(&labels, memory.total_bytes as f64);
+                used.add(&labels, memory.used_bytes as f64);
+            }
+            if let Some(ratio) = mig.sm_activity_ratio {
+                activity.add(&labels, ratio);
+            }
+        }
+    }
+    out.extend([info, total, used, activity]);
 }
 
 fn flag(value: bool) -> f64 {

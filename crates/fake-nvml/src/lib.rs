@@ -107,6 +107,10 @@ struct Device {
     gpm: Option<Gpm>,
     /// XID errors this GPU raised, delivered once each, in order, to registered event sets.
     xids: Vec<u64>,
+    /// MIG mode: absent on GPUs without MIG (NOT_SUPPORTED), else on or off.
+    mig_mode: Option<bool>,
+    /// MIG devices (instances) while MIG mode is on.
+    mig: Vec<Mig>,
     processes: Vec<Process>,
     /// Fallen off the bus: every call answers GPU_IS_LOST.
     lost: bool,
@@ -162,6 +166,8 @@ impl Default for Device {
             nvlinks: Vec::new(),
             gpm: None,
             xids: Vec::new(),
+            mig_mode: None,
+            mig: Vec::new(),
             processes: Vec::new(),
             lost: false,
             errors: HashMap::new(),
@@ -179,6 +185,18 @@ struct NvLink {
     tx_kib: u64,
     #[serde(default)]
     rx_kib: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Mig {
+    uuid: String,
+    gpu_instance_id: u32,
+    memory_total: u64,
+    #[serde(default)]
+    memory_used: u64,
+    /// GPM SM activity of the GPU instance, in percent.
+    sm_util: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -301,8 +319,7 @@ unsafe fn device_call(
             return nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
         };
         refresh(state);
-        let index = (device as usize).wrapping_sub(1);
-        state.scenario.devices.get(index).cloned()
+        resolve(&state.scenario, device)
     };
     let Some(found) = found else {
         return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
@@ -317,6 +334,38 @@ unsafe fn device_call(
         return error_code(error);
     }
     answer(&found)
+}
+
+/// MIG device handles start here: `MIG_HANDLE_BASE + 256 × GPU index + MIG index`; full GPUs
+/// are `index + 1`. Both are opaque to the caller, as NVML's are.
+const MIG_HANDLE_BASE: usize = 0x10000;
+
+/// The device a handle names. A MIG device is presented as a device of its own with the
+/// instance's UUID, memory and GPM figures, lost whenever its parent is.
+fn resolve(scenario: &Scenario, handle: nvmlDevice_t) -> Option<Device> {
+    let Some((gpu, position)) = mig_position(handle as usize) else {
+        return scenario
+            .devices
+            .get((handle as usize).wrapping_sub(1))
+            .cloned();
+    };
+    let parent = scenario.devices.get(gpu)?;
+    let mig = parent.mig.get(position)?;
+    Some(Device {
+        uuid: mig.uuid.clone(),
+        memory_total: mig.memory_total,
+        memory_used: mig.memory_used,
+        memory_reserved: 0,
+        gpm: mig.sm_util.map(|sm_util| Gpm {
+            sm_util,
+            sm_occupancy: 0.0,
+            tensor_util: 0.0,
+            dram_bw_util: 0.0,
+        }),
+        lost: parent.lost,
+        mig_mode: None,
+        ..Device::default()
+    })
 }
 
 unsafe fn write_c_string(text: &str, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
@@ -1082,6 +1131,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
 // ---------------------------------------------------------------------------------------------
 
 struct GpmCell {
+    /// The device (or MIG device, for a GPU-instance sample) the sample was taken on.
     device: usize,
     taken_us: u64,
 }
@@ -1309,5 +1359,117 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MIG
+// ---------------------------------------------------------------------------------------------
+
+/// MIG devices per GPU NVML reports as the maximum (A100, H100: 7).
+const MAX_MIG_DEVICES: c_uint = 7;
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMigMode", |d| match d.mig_mode {
+        None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+        Some(on) => {
+            let answer = set(current, c_uint::from(on));
+            if answer == SUCCESS {
+                set(pending, c_uint::from(on))
+            } else {
+                answer
+            }
+        }
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMaxMigDeviceCount", |d| {
+        match d.mig_mode {
+            None => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            Some(_) => set(count, MAX_MIG_DEVICES),
+        }
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    mig: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMigDeviceHandleByIndex", |d| {
+        if d.mig_mode != Some(true) || (device as usize) >= MIG_HANDLE_BASE {
+            return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if index as usize >= d.mig.len() {
+            // An empty slot.
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        let handle = MIG_HANDLE_BASE + (device as usize - 1) * 256 + index as usize;
+        set(mig, handle as nvmlDevice_t)
+    })
+}
+
+/// The parent GPU index and MIG position a MIG handle names, if the scenario has it.
+fn mig_position(handle: usize) -> Option<(usize, usize)> {
+    let position = (
+        (handle.checked_sub(MIG_HANDLE_BASE)?) / 256,
+        (handle - MIG_HANDLE_BASE) % 256,
+    );
+    Some(position)
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    let Some((gpu, position)) = mig_position(device as usize) else {
+        return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+    };
+    with_scenario(
+        |s| match s.devices.get(gpu).and_then(|p| p.mig.get(position)) {
+            Some(mig) => set(id, mig.gpu_instance_id),
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        },
+    )
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance: c_uint,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    // The sample is taken on the MIG device of that GPU instance.
+    let index = (device as usize).wrapping_sub(1);
+    let mut handle = None;
+    let answer = with_scenario(|s| {
+        let position = s
+            .devices
+            .get(index)
+            .and_then(|d| d.mig.iter().position(|m| m.gpu_instance_id == gpu_instance));
+        handle = position.map(|p| MIG_HANDLE_BASE + index * 256 + p);
+        SUCCESS
+    });
+    match handle {
+        Some(handle) => nvmlGpmSampleGet(handle as nvmlDevice_t, sample),
+        None if answer != SUCCESS => answer,
+        None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
     }
 }

@@ -17,12 +17,12 @@ use nvml_wrapper::{Device, GpmSample, Nvml};
 
 use super::{error_reason, summary};
 use crate::snapshot::{
-    GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, NvLinkState,
+    GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, MigDevice, NvLinkState,
     RemappedRows,
 };
 
 /// Every feature the source asks NVML for, as exported in `gpu_feature_supported`.
-pub const FEATURES: [&str; 27] = [
+pub const FEATURES: [&str; 28] = [
     "name",
     "pci_info",
     "numa_node",
@@ -50,6 +50,7 @@ pub const FEATURES: [&str; 27] = [
     "nvlink",
     "nvlink_throughput",
     "gpm",
+    "mig",
 ];
 
 /// What the reader remembers about the GPU at its index between ticks; reset when a GPU
@@ -68,6 +69,8 @@ struct GpuMemo {
     failing: BTreeSet<&'static str>,
     /// The GPM sample of the previous tick: GPM rates come from two samples.
     gpm_previous: Option<GpmSample<'static>>,
+    /// The same per MIG GPU instance id.
+    mig_gpm_previous: HashMap<u32, GpmSample<'static>>,
 }
 
 /// A GPU that stopped answering part-way through a tick.
@@ -317,6 +320,12 @@ fn read_device(
     gpu.remapped_rows = ask(memo, &uuid, "remapped_rows", || remapped_rows(device))?;
     gpu.nvlink = read_nvlink(nvml, device, memo, &uuid)?;
     gpu.gpm = read_gpm(nvml, device, memo, &uuid)?;
+    if let Some(mode) = ask(memo, &uuid, "mig", || device.mig_mode())? {
+        gpu.mig_enabled = Some(mode.current == 1);
+        if mode.current == 1 {
+            gpu.mig_devices = read_mig_devices(nvml, device, memo, &uuid)?;
+        }
+    }
     gpu.processes = read_processes(device, memo, &uuid, procfs, max_processes)?;
     Ok(())
 }
@@ -418,6 +427,73 @@ fn nvlink_bytes(nvml: &Nvml, device: &Device, links: &[u32]) -> Result<(u64, u64
         }
     }
     Ok((tx.saturating_mul(1024), rx.saturating_mul(1024)))
+}
+
+/// The MIG devices of a GPU in MIG mode. NVML gives each one's UUID, memory and (through
+/// GPM on Hopper and newer) SM activity; it gives no utilization rates, clocks, power or
+/// per-process samples per MIG device, so those stay per physical GPU.
+fn read_mig_devices(
+    nvml: &'static Nvml,
+    device: &Device<'static>,
+    memo: &mut GpuMemo,
+    uuid: &str,
+) -> Result<Vec<MigDevice>, Lost> {
+    let slots = ask(memo, uuid, "mig", || device.mig_device_count())?.unwrap_or(0);
+    let mut found = Vec::new();
+    for slot in 0..slots {
+        let mig = match device.mig_device_by_index(slot) {
+            Ok(mig) => mig,
+            Err(NvmlError::GpuLost) => return Err(Lost("gpu_lost")),
+            // An empty slot, or one being reconfigured.
+            Err(_) => continue,
+        };
+        let gpu_instance_id = gpu_instance_id(nvml, &mig).ok();
+        let sm_activity_ratio = match gpu_instance_id {
+            Some(id) if !memo.unsupported.contains("gpm") => {
+                mig_sm_activity(nvml, device, memo, id)
+            }
+            _ => None,
+        };
+        found.push(MigDevice {
+            index: slot,
+            uuid: mig.uuid().unwrap_or_default(),
+            gpu_instance_id,
+            memory: mig.memory_info().ok().map(|m| GpuMemory {
+                total_bytes: m.total,
+                used_bytes: m.used,
+                free_bytes: m.free,
+                reserved_bytes: m.reserved,
+            }),
+            sm_activity_ratio,
+        });
+    }
+    Ok(found)
+}
+
+/// The GPU instance id of a MIG device (not wrapped by nvml-wrapper).
+fn gpu_instance_id(nvml: &Nvml, mig: &Device) -> Result<u32, NvmlError> {
+    let sym = nvml_sym(nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref())?;
+    let mut id = 0;
+    // SAFETY: the handle is valid while `mig` lives and `id` is a valid out-pointer.
+    nvml_try(unsafe { sym(mig.handle(), &mut id) })?;
+    Ok(id)
+}
+
+/// SM activity of one GPU instance between this tick's GPM sample and the previous one.
+fn mig_sm_activity(
+    nvml: &'static Nvml,
+    device: &Device<'static>,
+    memo: &mut GpuMemo,
+    gpu_instance: u32,
+) -> Option<f64> {
+    let sample = device.gpm_mig_sample(gpu_instance).ok()?;
+    let previous = memo.mig_gpm_previous.insert(gpu_instance, sample)?;
+    let current = &memo.mig_gpm_previous[&gpu_instance];
+    let results =
+        nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &[GpmMetricId::SmUtil])
+            .ok()?;
+    let value = results.into_iter().next()?.ok()?.value;
+    Some((value / 100.0).clamp(0.0, 1.0))
 }
 
 /// GPM rates between the previous tick's sample and a new one (none on the first tick).

@@ -326,3 +326,55 @@ fn a_hanging_gpu_is_reported_down_on_time_while_the_rest_keeps_updating() {
     scenario.write(healthy);
     exporter.metrics_when(|p| gpu_value(p, "gpu_up", 0) == Some(1.0));
 }
+
+#[test]
+fn injected_call_errors_drop_one_feature_for_the_tick_not_the_gpu() {
+    let yaml = "devices:\n  - uuid: GPU-err\n    temperature: 61\n    processes:\n      - {pid: 3999997, used_memory: 7}\n    errors:\n      nvmlDeviceGetComputeRunningProcesses_v3: insufficient_size\n      nvmlDeviceGetPowerUsage: unknown\n";
+    let scenario = Scenario::new(yaml);
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    let page = exporter.metrics_when(|p| gpu_value(p, "gpu_up", 0) == Some(1.0));
+    assert_eq!(gpu_value(&page, "gpu_temperature_celsius", 0), Some(61.0));
+    assert_eq!(gpu_value(&page, "gpu_power_watts", 0), None);
+    assert!(process_pids(&page, 0).is_empty());
+    // Failing is not "unsupported": the calls are tried again and recover.
+    let feature = |name: &str| {
+        value(
+            &page,
+            "gpu_feature_supported",
+            &[("gpu", "0"), ("feature", name)],
+        )
+    };
+    assert_eq!(
+        (feature("processes"), feature("power")),
+        (Some(1.0), Some(1.0))
+    );
+    scenario.write(&yaml.replace("    errors:\n      nvmlDeviceGetComputeRunningProcesses_v3: insufficient_size\n      nvmlDeviceGetPowerUsage: unknown\n", ""));
+    let page = exporter.metrics_when(|p| process_pids(p, 0) == vec!["3999997"]);
+    assert!(gpu_value(&page, "gpu_power_watts", 0).is_some());
+}
+
+#[test]
+fn gpus_appearing_and_vanishing_are_rediscovered() {
+    let one = "devices:\n  - uuid: GPU-first\n";
+    let scenario = Scenario::new(one);
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    exporter.metrics_when(|p| value(p, "gpu_devices", &[]) == Some(1.0));
+    scenario.write("devices:\n  - uuid: GPU-first\n  - uuid: GPU-second\n    temperature: 44\n");
+    let page = exporter.metrics_when(|p| value(p, "gpu_devices", &[]) == Some(2.0));
+    assert_eq!(
+        value(&page, "gpu_temperature_celsius", &[("uuid", "GPU-second")]),
+        Some(44.0)
+    );
+    // A different GPU at index 0 (after a reset or hot swap) is read afresh under its UUID.
+    scenario.write("devices:\n  - uuid: GPU-replaced\n");
+    let page = exporter.metrics_when(|p| {
+        value(p, "gpu_devices", &[]) == Some(1.0)
+            && value(p, "gpu_up", &[("uuid", "GPU-replaced")]) == Some(1.0)
+    });
+    assert_eq!(
+        value(&page, "gpu_up", &[("uuid", "GPU-second")]),
+        None,
+        "no stale series"
+    );
+    assert_eq!(value(&page, "gpu_up", &[("uuid", "GPU-first")]), None);
+}

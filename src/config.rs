@@ -77,6 +77,29 @@ pub struct Sources {
     pub memory: Toggle,
     /// GPUs through NVML.
     pub gpu: GpuSource,
+    /// Host context of each GPU process: its workers, cgroup, NUMA placement.
+    pub process: ProcessSource,
+}
+
+/// Settings of the process-context source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessSource {
+    /// Whether the source is sampled at all (it needs the gpu source for its process list).
+    pub enabled: bool,
+    /// How often the descendants (data-loader workers) of each GPU process are rediscovered;
+    /// between discoveries only the known processes are read, which keeps a tick cheap on
+    /// nodes with thousands of processes. Workers started in between appear at the next one.
+    pub discovery_interval: ConfigDuration,
+}
+
+impl Default for ProcessSource {
+    fn default() -> Self {
+        ProcessSource {
+            enabled: true,
+            discovery_interval: ConfigDuration(Duration::from_secs(5)),
+        }
+    }
 }
 
 /// Settings of the GPU (NVML) source.

@@ -17,6 +17,13 @@ pub struct Snapshot {
     pub memory: Option<MemorySnapshot>,
     /// NVML and the GPUs, when the GPU source is enabled.
     pub gpu: Option<GpuSnapshot>,
+    /// Host context of each GPU process (and its workers), by pid.
+    pub processes: Vec<ProcessContext>,
+    /// Host CPU busy outside the GPU process trees, as a share of all CPUs, over the last
+    /// interval: other tenants competing with the data pipeline.
+    pub other_cpu_ratio: Option<f64>,
+    /// Whether the kernel's delay accounting is on (`None`: not known).
+    pub delay_accounting: Option<bool>,
     /// How each enabled source fared on this tick, in configuration order.
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.
@@ -343,6 +350,8 @@ pub struct GpuDevice {
     pub mig_devices: Vec<MigDevice>,
     /// The busiest processes on the GPU (bounded by configuration).
     pub processes: Vec<GpuProcess>,
+    /// How many distinct processes have a context on the GPU (before the bound).
+    pub process_count: Option<u32>,
     /// Features this GPU or driver does not offer (never fetched again), sorted.
     pub unsupported: Vec<&'static str>,
 }
@@ -482,4 +491,88 @@ pub struct MigDevice {
     pub memory: Option<GpuMemory>,
     /// GPM SM activity of the GPU instance over the last interval (Hopper and newer).
     pub sm_activity_ratio: Option<f64>,
+}
+
+/// What the host says about one GPU process and the processes below it (data-loader workers).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessContext {
+    /// Process id.
+    pub pid: u32,
+    /// One-letter state of the main process (R, S, D, Z, T, I, ...).
+    pub state: char,
+    /// Threads of the main process.
+    pub threads: u32,
+    /// User-mode CPU seconds since the process started.
+    pub cpu_user_seconds: f64,
+    /// Kernel-mode CPU seconds since the process started.
+    pub cpu_system_seconds: f64,
+    /// CPU used over the last interval, in cores (1.0 = one core fully busy).
+    pub cpu_cores: Option<f64>,
+    /// CPU share of one core used by the busiest thread over the last interval: near 1.0 is
+    /// the host-bound signature of a Python launch loop.
+    pub busiest_thread_ratio: Option<f64>,
+    /// Voluntary context switches since start.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches since start.
+    pub involuntary_switches: u64,
+    /// Time spent waiting for block I/O since start (delay accounting; `None` when it is off).
+    pub blkio_delay_seconds: Option<f64>,
+    /// Bytes the process caused to be read from storage (`None` when /proc/<pid>/io is not
+    /// readable, e.g. without CAP_SYS_PTRACE for another user's process).
+    pub read_bytes: Option<u64>,
+    /// CPUs the process may run on.
+    pub allowed_cpus: u32,
+    /// NUMA nodes the threads of the process and of its workers last ran on, sorted.
+    pub numa_nodes: Vec<u32>,
+    /// The processes below it.
+    pub workers: WorkerSummary,
+    /// Its cgroup, where readable.
+    pub cgroup: Option<CgroupContext>,
+}
+
+/// The descendants of a GPU process, aggregated (cardinality stays one set per process).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerSummary {
+    /// How many there are.
+    pub count: u32,
+    /// CPU they used over the last interval, in cores, summed.
+    pub cpu_cores: Option<f64>,
+    /// CPU share of one core of the busiest worker over the last interval.
+    pub max_cpu_ratio: Option<f64>,
+    /// Workers running or runnable (R).
+    pub running: u32,
+    /// Workers sleeping (S, I).
+    pub sleeping: u32,
+    /// Workers in uninterruptible wait, usually for I/O (D).
+    pub disk_wait: u32,
+    /// Workers that exited and were not reaped (Z).
+    pub zombie: u32,
+    /// Block-I/O delay over the last interval, summed: the mean number of workers waiting for
+    /// the disk (`None` without delay accounting).
+    pub blkio_delay_ratio: Option<f64>,
+    /// Bytes read from storage per second over the last interval, summed.
+    pub read_bytes_per_second: Option<f64>,
+}
+
+/// The cgroup of a GPU process: owner and CPU throttling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CgroupContext {
+    /// Kubernetes pod UID.
+    pub pod_uid: String,
+    /// Container ID.
+    pub container_id: String,
+    /// Slurm job ID.
+    pub slurm_job: String,
+    /// CPU quota in cores (`None`: no quota).
+    pub cpu_quota_cores: Option<f64>,
+    /// CFS enforcement periods and how many of them were throttled, since creation.
+    pub periods: Option<u64>,
+    /// Throttled periods since creation.
+    pub throttled_periods: Option<u64>,
+    /// Time throttled since creation.
+    pub throttled_seconds: Option<f64>,
+    /// Share of the enforcement periods of the last interval in which the cgroup was throttled.
+    pub throttled_ratio: Option<f64>,
+    /// The cgroup's own pressure stall shares over the last interval (cgroup v2).
+    pub pressure: Vec<PressureSnapshot>,
 }

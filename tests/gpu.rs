@@ -4,55 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::exposition::{value, Family};
-use common::{Exporter, TempDir};
-
-/// A scenario file the fake library re-reads when it changes.
-struct Scenario {
-    dir: TempDir,
-}
-
-impl Scenario {
-    fn new(yaml: &str) -> Scenario {
-        let scenario = Scenario {
-            dir: TempDir::new("scenario"),
-        };
-        scenario.write(yaml);
-        scenario
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir.path().join("scenario.yaml")
-    }
-
-    /// Replaces the scenario atomically, so the library never reads half a file.
-    fn write(&self, yaml: &str) {
-        let staging = self.dir.path().join("next.yaml");
-        std::fs::write(&staging, yaml).unwrap();
-        std::fs::rename(&staging, self.path()).unwrap();
-    }
-
-    /// Starts the exporter (GPU and cpu sources only, 200 ms ticks) on `library`.
-    fn start(&self, library: &Path, extra_config: &str) -> Exporter {
-        let config = self.dir.path().join("config.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "sample_interval: 200ms\nsources:\n  disk: {{enabled: false}}\n  pressure: {{enabled: false}}\n  memory: {{enabled: false}}\n  gpu:\n    nvml_library: {}\n    nvml_retry_max_interval: 1s\n{extra_config}",
-                library.display()
-            ),
-        )
-        .unwrap();
-        Exporter::start_with_env(
-            &["--config", config.to_str().unwrap()],
-            &[("FAKE_NVML_SCENARIO", &self.path())],
-        )
-    }
-}
+use common::Scenario;
 
 fn gpu_value(page: &[Family], metric: &str, gpu: u32) -> Option<f64> {
     value(page, metric, &[("gpu", &gpu.to_string())])

@@ -135,3 +135,31 @@ metric!(MIG_INFO, "gpu_mig", Info, None, ["gpu", "uuid", "mig_uuid", "mig_index"
 metric!(MIG_MEM_TOTAL, "gpu_mig_memory_total_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device.");
 metric!(MIG_MEM_USED, "gpu_mig_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device in use.");
 metric!(MIG_SM_ACTIVITY, "gpu_mig_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: SM activity of the MIG device's GPU instance over the last interval (Hopper and newer; NVML offers no other per-MIG utilization).");
+
+// GPU process context (host side of each GPU process and its workers).
+metric!(GPU_PROCESSES, "gpu_processes", Gauge, None, ["gpu", "uuid"], "Distinct processes with a context on the GPU (before the per-GPU series bound): more than one means they share it.");
+metric!(PROC_CPU_SECONDS, "gpu_process_cpu_seconds", Counter, SECONDS, ["gpu", "uuid", "pid", "command", "mode"], "CPU time of the GPU process (its own threads, not its children), user or system.");
+metric!(PROC_CPU_CORES, "gpu_process_cpu_cores", Gauge, None, ["gpu", "uuid", "pid", "command"], "CPU used by the GPU process over the last interval, in cores (1 = one core fully busy).");
+metric!(PROC_BUSIEST_THREAD, "gpu_process_busiest_thread_cpu_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command"], "Share of one core used by the process's busiest thread over the last interval; near 1 is the host-bound signature.");
+metric!(PROC_THREADS, "gpu_process_threads", Gauge, None, ["gpu", "uuid", "pid", "command"], "Threads of the GPU process.");
+metric!(PROC_SWITCHES, "gpu_process_context_switches", Counter, None, ["gpu", "uuid", "pid", "command", "kind"], "Context switches of the GPU process's main thread: voluntary (it waited) or involuntary (preempted).");
+metric!(PROC_BLKIO, "gpu_process_blkio_delay_seconds", Counter, SECONDS, ["gpu", "uuid", "pid", "command"], "Time the GPU process waited for block I/O (delay accounting; absent when it is off, see gpu_host_delay_accounting_enabled).");
+metric!(PROC_READ_BYTES, "gpu_process_read_bytes", Counter, BYTES, ["gpu", "uuid", "pid", "command"], "Bytes the GPU process caused to be read from storage (absent when /proc/<pid>/io is not readable).");
+metric!(PROC_STATE, "gpu_process_state", Gauge, None, ["gpu", "uuid", "pid", "command", "state"], "1 for the GPU process's current state (running, sleeping, disk_wait, zombie, stopped, idle), 0 for the others.");
+metric!(PROC_ALLOWED_CPUS, "gpu_process_allowed_cpus", Gauge, None, ["gpu", "uuid", "pid", "command"], "CPUs the GPU process may run on (its affinity mask or cpuset).");
+metric!(PROC_NUMA_MISMATCH, "gpu_process_numa_mismatch", Gauge, None, ["gpu", "uuid", "pid", "command"], "1 when threads of the process or its workers last ran on a NUMA node other than the GPU's (absent when either is unknown).");
+metric!(WORKERS, "gpu_process_workers", Gauge, None, ["gpu", "uuid", "pid", "command"], "Processes below the GPU process (data-loader workers and their children).");
+metric!(WORKERS_CPU, "gpu_process_workers_cpu_cores", Gauge, None, ["gpu", "uuid", "pid", "command"], "CPU the workers used over the last interval, in cores, summed.");
+metric!(WORKERS_MAX_CPU, "gpu_process_workers_max_cpu_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command"], "Share of one core used by the busiest worker over the last interval.");
+metric!(WORKERS_STATE, "gpu_process_workers_in_state", Gauge, None, ["gpu", "uuid", "pid", "command", "state"], "Workers running, sleeping, in uninterruptible wait (disk_wait: usually I/O) or zombie.");
+metric!(WORKERS_BLKIO, "gpu_process_workers_blkio_delay_ratio", Gauge, None, ["gpu", "uuid", "pid", "command"], "Block-I/O delay of the workers over the last interval, summed: the mean number of workers waiting for storage.");
+metric!(WORKERS_READ, "gpu_process_workers_read_bytes_per_second", Gauge, None, ["gpu", "uuid", "pid", "command"], "Bytes the workers read from storage per second over the last interval.");
+metric!(CGROUP_INFO, "gpu_process_cgroup", Info, None, ["gpu", "uuid", "pid", "command", "pod_uid", "container_id", "slurm_job"], "The GPU process's owner from its cgroup path (empty where not a pod, container or Slurm job).");
+metric!(CGROUP_QUOTA, "gpu_process_cgroup_cpu_quota_cores", Gauge, None, ["gpu", "uuid", "pid", "command"], "CPU quota of the process's cgroup in cores (absent without a quota).");
+metric!(CGROUP_PERIODS, "gpu_process_cgroup_cpu_periods", Counter, None, ["gpu", "uuid", "pid", "command"], "CFS enforcement periods of the process's cgroup.");
+metric!(CGROUP_THROTTLED_PERIODS, "gpu_process_cgroup_cpu_throttled_periods", Counter, None, ["gpu", "uuid", "pid", "command"], "Enforcement periods in which the cgroup ran out of CPU quota.");
+metric!(CGROUP_THROTTLED_SECONDS, "gpu_process_cgroup_cpu_throttled_seconds", Counter, SECONDS, ["gpu", "uuid", "pid", "command"], "Time the cgroup's tasks spent throttled.");
+metric!(CGROUP_THROTTLED_RATIO, "gpu_process_cgroup_cpu_throttled_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command"], "Share of the last interval's enforcement periods in which the cgroup was throttled.");
+metric!(CGROUP_PRESSURE, "gpu_process_cgroup_pressure_stalled_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "resource", "kind"], "Share of the last interval the cgroup's tasks were stalled on cpu, io or memory (cgroup v2 PSI).");
+metric!(OTHER_CPU, "gpu_host_other_cpu_ratio", Gauge, RATIO, [], "Share of all host CPU used over the last interval by processes outside the GPU process trees: competition for the data pipeline.");
+metric!(DELAY_ACCOUNTING, "gpu_host_delay_accounting_enabled", Gauge, None, [], "1 when the kernel's delay accounting (kernel.task_delayacct) is on, 0 when off; absent on kernels before 5.14 (on by default there).");

@@ -5,6 +5,7 @@
 
 pub mod gpu;
 pub mod host;
+pub mod process;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -103,7 +104,15 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
     if sources.gpu.enabled {
         enabled.push(Box::new(gpu::GpuSource::new(
             sources.gpu.clone(),
-            roots.procfs,
+            roots.procfs.clone(),
+        )));
+    }
+    // After cpu and gpu: it reads the GPU process list and the node's CPU busy share from
+    // the snapshot those sources filled.
+    if sources.process.enabled && sources.gpu.enabled {
+        enabled.push(Box::new(process::ProcessSource::new(
+            roots,
+            sources.process.clone(),
         )));
     }
     enabled

@@ -177,3 +177,46 @@ pub fn check_golden(path: &Path, actual: &str) {
         );
     }
 }
+
+/// A scenario file the fake library re-reads when it changes.
+pub struct Scenario {
+    dir: TempDir,
+}
+
+impl Scenario {
+    pub fn new(yaml: &str) -> Scenario {
+        let scenario = Scenario {
+            dir: TempDir::new("scenario"),
+        };
+        scenario.write(yaml);
+        scenario
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("scenario.yaml")
+    }
+
+    /// Replaces the scenario atomically, so the library never reads half a file.
+    pub fn write(&self, yaml: &str) {
+        let staging = self.dir.path().join("next.yaml");
+        std::fs::write(&staging, yaml).unwrap();
+        std::fs::rename(&staging, self.path()).unwrap();
+    }
+
+    /// Starts the exporter (GPU and cpu sources only, 200 ms ticks) on `library`.
+    pub fn start(&self, library: &Path, extra_config: &str) -> Exporter {
+        let config = self.dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "sample_interval: 200ms\nsources:\n  disk: {{enabled: false}}\n  pressure: {{enabled: false}}\n  memory: {{enabled: false}}\n  gpu:\n    nvml_library: {}\n    nvml_retry_max_interval: 1s\n{extra_config}",
+                library.display()
+            ),
+        )
+        .unwrap();
+        Exporter::start_with_env(
+            &["--config", config.to_str().unwrap()],
+            &[("FAKE_NVML_SCENARIO", &self.path())],
+        )
+    }
+}

@@ -326,7 +326,8 @@ fn read_device(
             gpu.mig_devices = read_mig_devices(nvml, device, memo, &uuid)?;
         }
     }
-    gpu.processes = read_processes(device, memo, &uuid, procfs, max_processes)?;
+    (gpu.process_count, gpu.processes) =
+        read_processes(device, memo, &uuid, procfs, max_processes)?;
     Ok(())
 }
 
@@ -550,19 +551,22 @@ fn read_gpm(
     }))
 }
 
+/// The processes on a GPU: how many there are (`None` when the driver cannot list them) and
+/// the top `limit` of them with their utilization and command name.
 fn read_processes(
     device: &Device,
     memo: &mut GpuMemo,
     uuid: &str,
     procfs: &std::path::Path,
     limit: usize,
-) -> Result<Vec<GpuProcess>, Lost> {
+) -> Result<(Option<u32>, Vec<GpuProcess>), Lost> {
     let compute = ask(memo, uuid, "processes", || {
         device.running_compute_processes()
     })?;
     let graphics = ask(memo, uuid, "graphics_processes", || {
         device.running_graphics_processes()
     })?;
+    let answered = compute.is_some() || graphics.is_some();
     let mut by_pid: HashMap<u32, GpuProcess> = HashMap::new();
     for (kind, list) in [("graphics", graphics), ("compute", compute)] {
         for info in list.into_iter().flatten() {
@@ -582,8 +586,9 @@ fn read_processes(
             );
         }
     }
+    let count = answered.then_some(by_pid.len() as u32);
     if by_pid.is_empty() {
-        return Ok(Vec::new());
+        return Ok((count, Vec::new()));
     }
     let last_seen = memo.last_process_sample;
     let utilization = ask(memo, uuid, "process_utilization", || {
@@ -621,5 +626,5 @@ fn read_processes(
                 .map(|c| c.trim_end().to_string())
                 .unwrap_or_else(|_| "unknown".into());
     }
-    Ok(top)
+    Ok((count, top))
 }

@@ -1,0 +1,597 @@
+//! Host context of each GPU process: its threads, the processes below it (data-loader
+//! workers), its cgroup (owner, CPU throttling, pressure) and where on the NUMA topology its
+//! threads run.
+//!
+//! Cost is the design constraint: a full pass over /proc on a node with thousands of
+//! processes costs more than the whole sampler's budget. So the descendants of a GPU process
+//! are discovered through the kernel's `children` files (only the tree is visited) every
+//! `discovery_interval`, and each tick reads only the known trees. Kernels without `children`
+//! files fall back to one /proc pass per discovery. A process that exits while being read is
+//! skipped quietly.
+
+pub mod cgroup;
+pub mod procfs;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use self::cgroup::CgroupIdentity;
+use self::procfs::Stat;
+use super::host::cpu::USER_HZ;
+use super::host::pressure::{parse_pressure, pressure_rates, RESOURCES};
+use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
+use crate::config::ProcessSource as ProcessConfig;
+use crate::snapshot::{
+    CgroupContext, Pressure, PressureSnapshot, ProcessContext, Snapshot, WorkerSummary,
+};
+
+/// ESRCH: the process exited between finding it and reading one of its files.
+const ESRCH: i32 = 3;
+
+/// Why a /proc or /sys file could not be read.
+enum ReadError {
+    /// The process (or cgroup) is gone: skip it quietly.
+    Gone,
+    /// Anything else (permissions, a malformed file).
+    Other(String),
+}
+
+fn read(path: &Path) -> Result<String, ReadError> {
+    std::fs::read_to_string(path).map_err(|e| match (e.kind(), e.raw_os_error()) {
+        (io::ErrorKind::NotFound, _) | (_, Some(ESRCH)) => ReadError::Gone,
+        _ => ReadError::Other(format!("{}: {e}", path.display())),
+    })
+}
+
+/// CPU and I/O counters of one task, kept between ticks.
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    cpu: u64,
+    blkio: u64,
+    read_bytes: Option<u64>,
+}
+
+/// The known descendants of a GPU process.
+struct Tree {
+    starttime: u64,
+    descendants: Vec<u32>,
+    discovered_at: Duration,
+}
+
+/// Where a process's cgroup files are, found once per process.
+#[derive(Debug, Clone, Default)]
+struct CgroupPlace {
+    identity: CgroupIdentity,
+    /// Directory of a cgroup v2 cgroup.
+    v2: Option<PathBuf>,
+    /// Directory of the v1 cpu controller's cgroup.
+    v1_cpu: Option<PathBuf>,
+}
+
+/// Counters of a cgroup, kept between ticks.
+#[derive(Debug, Clone, Default)]
+struct CgroupCounters {
+    periods: u64,
+    throttled_periods: u64,
+    pressure: Vec<(&'static str, Pressure)>,
+}
+
+/// The process-context source.
+pub struct ProcessSource {
+    roots: HostRoots,
+    discovery_interval: Duration,
+    /// CPU → NUMA node, read once from sysfs.
+    cpu_nodes: Option<HashMap<u32, u32>>,
+    /// Whether the kernel has `children` files (`None` until first looked at).
+    children_files: Option<bool>,
+    trees: HashMap<u32, Tree>,
+    /// Per task (pid or tid, start time): the counters read on the previous tick.
+    ticks: HashMap<(u32, u64), Previous<Ticks>>,
+    cgroups: HashMap<(u32, u64), CgroupPlace>,
+    cgroup_counters: HashMap<PathBuf, Previous<CgroupCounters>>,
+}
+
+impl ProcessSource {
+    /// A source reading below the given roots.
+    pub fn new(roots: HostRoots, config: ProcessConfig) -> Self {
+        ProcessSource {
+            roots,
+            discovery_interval: config.discovery_interval.0,
+            cpu_nodes: None,
+            children_files: None,
+            trees: HashMap::new(),
+            ticks: HashMap::new(),
+            cgroups: HashMap::new(),
+            cgroup_counters: HashMap::new(),
+        }
+    }
+
+    fn proc_path(&self, pid: u32, file: &str) -> PathBuf {
+        self.roots.procfs.join(pid.to_string()).join(file)
+    }
+
+    fn stat(&self, path: &Path) -> Result<Stat, ReadError> {
+        procfs::parse_stat(&read(path)?)
+            .map_err(|e| ReadError::Other(format!("{}: {e}", path.display())))
+    }
+
+    /// `kernel.task_delayacct`: `None` on kernels before 5.14, where it is not a sysctl and
+    /// delay accounting is on unless booted with `nodelayacct`.
+    fn delay_accounting(&self) -> Option<bool> {
+        let text =
+            std::fs::read_to_string(self.roots.procfs.join("sys/kernel/task_delayacct")).ok()?;
+        Some(text.trim() != "0")
+    }
+
+    fn numa_node_of(&mut self, cpu: u32) -> Option<u32> {
+        let sysfs = self.roots.sysfs.clone();
+        let nodes = self.cpu_nodes.get_or_insert_with(|| read_cpu_nodes(&sysfs));
+        nodes.get(&cpu).copied()
+    }
+
+    /// Counter deltas of a task since the previous tick: (seconds elapsed, previous ticks).
+    fn since(&self, key: (u32, u64), now: Duration) -> Option<(f64, Ticks)> {
+        elapsed_since(self.ticks.get(&key), now).map(|(seconds, ticks)| (seconds, *ticks))
+    }
+
+    /// The descendants of `pid`, rediscovered when due.
+    fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Vec<u32> {
+        if let Some(tree) = self.trees.get(&pid) {
+            let fresh = now.saturating_sub(tree.discovered_at) < self.discovery_interval;
+            if tree.starttime == starttime && fresh {
+                return tree.descendants.clone();
+            }
+        }
+        let descendants = match self.children_files {
+            Some(false) => self.descendants_by_scan(pid),
+            _ => self.descendants_by_children(pid),
+        };
+        self.trees.insert(
+            pid,
+            Tree {
+                starttime,
+                descendants: descendants.clone(),
+                discovered_at: now,
+            },
+        );
+        descendants
+    }
+
+    /// Walks the tree through `/proc/<pid>/task/<tid>/children`: only the tree is visited.
+    fn descendants_by_children(&mut self, root: u32) -> Vec<u32> {
+        let mut found = Vec::new();
+        let mut seen = BTreeSet::from([root]);
+        let mut queue = VecDeque::from([root]);
+        while let Some(pid) = queue.pop_front() {
+            for tid in self.tasks(pid) {
+                let path = self.roots.procfs.join(format!("{pid}/task/{tid}/children"));
+                match read(&path) {
+                    Ok(text) => {
+                        self.children_files = Some(true);
+                        for child in procfs::parse_children(&text).unwrap_or_default() {
+                            if seen.insert(child) {
+                                found.push(child);
+                                queue.push_back(child);
+                            }
+                        }
+                    }
+                    Err(ReadError::Gone)
+                        if self.children_files.is_none()
+                            && self.proc_path(pid, "stat").exists() =>
+                    {
+                        // The process is there but the file is not: no CONFIG_PROC_CHILDREN.
+                        tracing::debug!("kernel has no /proc/<pid>/task/<tid>/children; discovering workers by scanning /proc");
+                        self.children_files = Some(false);
+                        return self.descendants_by_scan(root);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Fallback: one pass over every /proc/<pid>/stat to build the parent map.
+    fn descendants_by_scan(&self, root: u32) -> Vec<u32> {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for pid in numeric_entries(&self.roots.procfs) {
+            if let Ok(stat) = self.stat(&self.proc_path(pid, "stat")) {
+                children.entry(stat.ppid).or_default().push(pid);
+            }
+        }
+        let mut found = Vec::new();
+        let mut queue = VecDeque::from([root]);
+        while let Some(pid) = queue.pop_front() {
+            for &child in children.get(&pid).into_iter().flatten() {
+                if child != root && !found.contains(&child) {
+                    found.push(child);
+                    queue.push_back(child);
+                }
+            }
+        }
+        found
+    }
+
+    fn tasks(&self, pid: u32) -> Vec<u32> {
+        numeric_entries(&self.roots.procfs.join(pid.to_string()).join("task"))
+    }
+
+    fn read_ticks(&self, pid: u32, stat: &Stat) -> Ticks {
+        let read_bytes = read(&self.proc_path(pid, "io"))
+            .ok()
+            .and_then(|t| procfs::parse_io_read_bytes(&t).ok());
+        Ticks {
+            cpu: stat.utime + stat.stime,
+            blkio: stat.blkio_ticks,
+            read_bytes,
+        }
+    }
+
+    /// The context of one GPU process; `Ok(None)` when it exited.
+    fn context(
+        &mut self,
+        pid: u32,
+        now: Duration,
+        delay_accounting: bool,
+        fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
+    ) -> Result<Option<ProcessContext>, String> {
+        let stat = match self.stat(&self.proc_path(pid, "stat")) {
+            Ok(stat) => stat,
+            Err(ReadError::Gone) => return Ok(None),
+            Err(ReadError::Other(e)) => return Err(e),
+        };
+        let status = match read(&self.proc_path(pid, "status")) {
+            Ok(text) => {
+                procfs::parse_status(&text).map_err(|e| format!("/proc/{pid}/status: {e}"))?
+            }
+            Err(ReadError::Gone) => return Ok(None),
+            Err(ReadError::Other(e)) => return Err(e),
+        };
+        let key = (pid, stat.starttime);
+        let ticks = self.read_ticks(pid, &stat);
+        let since = self.since(key, now);
+        fresh.insert(
+            key,
+            Previous {
+                at: now,
+                value: ticks,
+            },
+        );
+
+        // Threads: the busiest one, and the NUMA nodes they last ran on.
+        let mut nodes = BTreeSet::new();
+        let mut busiest: Option<f64> = None;
+        for tid in self.tasks(pid) {
+            let Ok(thread) = self.stat(&self.roots.procfs.join(format!("{pid}/task/{tid}/stat")))
+            else {
+                continue;
+            };
+            nodes.extend(self.numa_node_of(thread.processor));
+            // Thread ids are distinct from process ids; key them apart from processes.
+            let thread_key = (tid, thread.starttime ^ (1 << 63));
+            let thread_ticks = Ticks {
+                cpu: thread.utime + thread.stime,
+                blkio: 0,
+                read_bytes: None,
+            };
+            if let Some((seconds, before)) = self.since(thread_key, now) {
+                let ratio =
+                    (thread_ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds)
+                        .min(1.0);
+                busiest = Some(busiest.map_or(ratio, |b: f64| b.max(ratio)));
+            }
+            fresh.insert(
+                thread_key,
+                Previous {
+                    at: now,
+                    value: thread_ticks,
+                },
+            );
+        }
+
+        let workers = self.workers(
+            pid,
+            stat.starttime,
+            now,
+            delay_accounting,
+            fresh,
+            &mut nodes,
+        );
+        let cgroup = self.cgroup(pid, stat.starttime, now);
+        Ok(Some(ProcessContext {
+            pid,
+            state: stat.state,
+            threads: stat.threads,
+            cpu_user_seconds: stat.utime as f64 / USER_HZ,
+            cpu_system_seconds: stat.stime as f64 / USER_HZ,
+            cpu_cores: since.map(|(seconds, before)| {
+                ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds
+            }),
+            busiest_thread_ratio: busiest,
+            voluntary_switches: status.voluntary_switches,
+            involuntary_switches: status.involuntary_switches,
+            blkio_delay_seconds: delay_accounting.then(|| stat.blkio_ticks as f64 / USER_HZ),
+            read_bytes: ticks.read_bytes,
+            allowed_cpus: status.allowed_cpus.len() as u32,
+            numa_nodes: nodes.into_iter().collect(),
+            workers,
+            cgroup,
+        }))
+    }
+
+    fn workers(
+        &mut self,
+        pid: u32,
+        starttime: u64,
+        now: Duration,
+        delay_accounting: bool,
+        fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
+        nodes: &mut BTreeSet<u32>,
+    ) -> WorkerSummary {
+        let mut summary = WorkerSummary::default();
+        let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
+        let mut all_have_rates = true;
+        for worker in self.descendants(pid, starttime, now) {
+            // A worker that exited since discovery is simply not counted.
+            let Ok(stat) = self.stat(&self.proc_path(worker, "stat")) else {
+                continue;
+            };
+            summary.count += 1;
+            match stat.state {
+                'R' => summary.running += 1,
+                'D' => summary.disk_wait += 1,
+                'Z' => summary.zombie += 1,
+                _ => summary.sleeping += 1,
+            }
+            nodes.extend(self.numa_node_of(stat.processor));
+            let key = (worker, stat.starttime);
+            let ticks = self.read_ticks(worker, &stat);
+            match self.since(key, now) {
+                Some((seconds, before)) => {
+                    let cores = ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds;
+                    cpu += cores;
+                    max_cpu = Some(max_cpu.map_or(cores, |m| m.max(cores)));
+                    blkio += ticks.blkio.saturating_sub(before.blkio) as f64 / USER_HZ / seconds;
+                    if let (Some(now_bytes), Some(then_bytes)) =
+                        (ticks.read_bytes, before.read_bytes)
+                    {
+                        *read_rate.get_or_insert(0.0) +=
+                            now_bytes.saturating_sub(then_bytes) as f64 / seconds;
+                    }
+                }
+                None => all_have_rates = false,
+            }
+            fresh.insert(
+                key,
+                Previous {
+                    at: now,
+                    value: ticks,
+                },
+            );
+        }
+        // Rates only when every counted worker has a previous reading (or there are none):
+        // a sum over part of the workers would understate the load.
+        if all_have_rates {
+            summary.cpu_cores = Some(cpu);
+            summary.max_cpu_ratio = Some(max_cpu.unwrap_or(0.0).min(1.0));
+            summary.blkio_delay_ratio = delay_accounting.then_some(blkio);
+            summary.read_bytes_per_second = if summary.count == 0 {
+                Some(0.0)
+            } else {
+                read_rate
+            };
+        }
+        summary
+    }
+
+    fn cgroup(&mut self, pid: u32, starttime: u64, now: Duration) -> Option<CgroupContext> {
+        let key = (pid, starttime);
+        if !self.cgroups.contains_key(&key) {
+            let place = self.locate_cgroup(pid)?;
+            self.cgroups.insert(key, place);
+        }
+        let place = self.cgroups[&key].clone();
+        let mut context = CgroupContext {
+            pod_uid: place.identity.pod_uid.clone().unwrap_or_default(),
+            container_id: place.identity.container_id.clone().unwrap_or_default(),
+            slurm_job: place.identity.slurm_job.clone().unwrap_or_default(),
+            ..CgroupContext::default()
+        };
+        let Some(dir) = place.v2.clone().or(place.v1_cpu.clone()) else {
+            return Some(context);
+        };
+        let throttling = std::fs::read_to_string(dir.join("cpu.stat"))
+            .ok()
+            .and_then(|t| cgroup::parse_cpu_stat(&t).ok());
+        context.cpu_quota_cores = if place.v2.is_some() {
+            std::fs::read_to_string(dir.join("cpu.max"))
+                .ok()
+                .and_then(|t| cgroup::parse_cpu_max(&t).ok())
+                .flatten()
+        } else {
+            let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok();
+            let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok();
+            quota
+                .zip(period)
+                .and_then(|(q, p)| cgroup::parse_cfs_quota(&q, &p).ok())
+                .flatten()
+        };
+        let pressure: Vec<(&'static str, Pressure)> = match &place.v2 {
+            Some(v2) => RESOURCES
+                .iter()
+                .filter_map(|r| {
+                    let text = std::fs::read_to_string(v2.join(format!("{r}.pressure"))).ok()?;
+                    Some((*r, parse_pressure(&text).ok()?))
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let counters = CgroupCounters {
+            periods: throttling.map_or(0, |t| t.periods),
+            throttled_periods: throttling.map_or(0, |t| t.throttled_periods),
+            pressure: pressure.clone(),
+        };
+        let previous = elapsed_since(self.cgroup_counters.get(&dir), now);
+        if let Some(t) = throttling {
+            context.periods = Some(t.periods);
+            context.throttled_periods = Some(t.throttled_periods);
+            context.throttled_seconds = Some(t.throttled_seconds);
+            context.throttled_ratio = previous.and_then(|(_, before)| {
+                let periods = t.periods.checked_sub(before.periods)?;
+                let throttled = t.throttled_periods.checked_sub(before.throttled_periods)?;
+                Some(if periods == 0 {
+                    0.0
+                } else {
+                    throttled as f64 / periods as f64
+                })
+            });
+        }
+        context.pressure = pressure
+            .iter()
+            .map(|(resource, now_pressure)| PressureSnapshot {
+                resource,
+                pressure: *now_pressure,
+                rates: previous.and_then(|(seconds, before)| {
+                    let (_, then) = before.pressure.iter().find(|(r, _)| r == resource)?;
+                    pressure_rates(then, now_pressure, seconds)
+                }),
+            })
+            .collect();
+        self.cgroup_counters.insert(
+            dir,
+            Previous {
+                at: now,
+                value: counters,
+            },
+        );
+        Some(context)
+    }
+
+    /// Reads `/proc/<pid>/cgroup` and finds the cgroup's directories under the host mount.
+    fn locate_cgroup(&self, pid: u32) -> Option<CgroupPlace> {
+        let paths = cgroup::parse_proc_cgroup(&read(&self.proc_path(pid, "cgroup")).ok()?).ok()?;
+        let root = self.roots.sysfs.join("fs/cgroup");
+        let under = |mount: &Path, path: &str| -> Option<PathBuf> {
+            if cgroup::is_outside_namespace(path) {
+                return None;
+            }
+            let dir = mount.join(path.trim_start_matches('/'));
+            dir.join("cpu.stat").exists().then_some(dir)
+        };
+        let pure_v2 = root.join("cgroup.controllers").exists();
+        let v2 = paths
+            .unified
+            .as_deref()
+            .filter(|_| pure_v2)
+            .and_then(|p| under(&root, p));
+        let v1_cpu = paths.cpu.as_deref().and_then(|p| {
+            ["cpu,cpuacct", "cpu", "cpuacct,cpu"]
+                .iter()
+                .find_map(|mount| under(&root.join(mount), p))
+        });
+        if v2.is_none() && v1_cpu.is_none() {
+            tracing::debug!(pid, "cgroup directory not found (private cgroup namespace or unusual mount); owner only");
+        }
+        Some(CgroupPlace {
+            identity: cgroup::identity(paths.naming_path()?),
+            v2,
+            v1_cpu,
+        })
+    }
+}
+
+/// The numeric entries (pids, tids) of a directory, sorted; empty if unreadable.
+fn numeric_entries(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<u32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// CPU → NUMA node from `<sysfs>/devices/system/node/node<N>/cpulist`.
+fn read_cpu_nodes(sysfs: &Path) -> HashMap<u32, u32> {
+    let mut map = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(sysfs.join("devices/system/node")) else {
+        return map;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(node) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node")?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok(list) = std::fs::read_to_string(entry.path().join("cpulist")) {
+            for cpu in procfs::parse_cpu_list(&list).unwrap_or_default() {
+                map.insert(cpu, node);
+            }
+        }
+    }
+    map
+}
+
+impl Source for ProcessSource {
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
+        let pids: BTreeSet<u32> = snapshot
+            .gpu
+            .iter()
+            .flat_map(|g| &g.devices)
+            .flat_map(|d| &d.processes)
+            .map(|p| p.pid)
+            .collect();
+        let delay = self.delay_accounting();
+        let mut fresh = HashMap::new();
+        let mut contexts = Vec::new();
+        let mut failures = Vec::new();
+        for pid in pids.iter().copied() {
+            match self.context(pid, now, delay != Some(false), &mut fresh) {
+                Ok(Some(context)) => contexts.push(context),
+                Ok(None) => {}
+                Err(error) => failures.push(error),
+            }
+        }
+        // Whatever was not read this tick is gone: its state goes with it.
+        self.ticks = fresh;
+        self.trees.retain(|pid, _| pids.contains(pid));
+        self.cgroups.retain(|(pid, _), _| pids.contains(pid));
+        let live_dirs: BTreeSet<PathBuf> = self
+            .cgroups
+            .values()
+            .filter_map(|p| p.v2.clone().or(p.v1_cpu.clone()))
+            .collect();
+        self.cgroup_counters
+            .retain(|dir, _| live_dirs.contains(dir));
+
+        snapshot.other_cpu_ratio = snapshot.cpu.as_ref().and_then(|cpu| {
+            let rates = cpu.rates?;
+            let cpus = f64::from(cpu.stat.cpu_count.max(1));
+            let trees: Option<f64> = contexts
+                .iter()
+                .map(|c| Some(c.cpu_cores? + c.workers.cpu_cores?))
+                .sum();
+            Some(((rates.busy_ratio * cpus - trees?) / cpus).clamp(0.0, 1.0))
+        });
+        snapshot.processes = contexts;
+        snapshot.delay_accounting = delay;
+        match failures.first() {
+            // Permission problems on every process mean the source cannot do its job.
+            Some(first) if failures.len() == pids.len() => Err(SourceError::Failed(first.clone())),
+            Some(first) => {
+                tracing::debug!(error = %first, "some GPU processes could not be read");
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+}

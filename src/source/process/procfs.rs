@@ -1,0 +1,184 @@
+//! Pure parsers of the per-process files under /proc/<pid>.
+
+/// The fields of `/proc/<pid>/stat` (or `/proc/<pid>/task/<tid>/stat`) the exporter uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stat {
+    /// One-letter state: R running, S sleeping, D uninterruptible (I/O) wait, Z zombie, ...
+    pub state: char,
+    /// Parent process id.
+    pub ppid: u32,
+    /// User-mode CPU time in clock ticks.
+    pub utime: u64,
+    /// Kernel-mode CPU time in clock ticks.
+    pub stime: u64,
+    /// Threads in the process.
+    pub threads: u32,
+    /// Start time in clock ticks after boot: with the pid, identifies a process across reuse.
+    pub starttime: u64,
+    /// CPU the task last ran on.
+    pub processor: u32,
+    /// Block-I/O delay in clock ticks (delay accounting; 0 when it is off).
+    pub blkio_ticks: u64,
+}
+
+/// Parses a stat line. The command name is in parentheses and may itself contain spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub fn parse_stat(line: &str) -> Result<Stat, String> {
+    let close = line.rfind(')').ok_or("no command name")?;
+    let fields: Vec<&str> = line[close + 1..].split_ascii_whitespace().collect();
+    // fields[0] is field 3 (state) of proc(5).
+    let field = |n: usize| -> Result<&str, String> {
+        fields
+            .get(n - 3)
+            .copied()
+            .ok_or_else(|| format!("field {n} missing"))
+    };
+    let number = |n: usize| -> Result<u64, String> {
+        let text = field(n)?;
+        text.parse()
+            .map_err(|_| format!("field {n} is not a number: {text:?}"))
+    };
+    Ok(Stat {
+        state: field(3)?.chars().next().ok_or("empty state")?,
+        ppid: number(4)? as u32,
+        utime: number(14)?,
+        stime: number(15)?,
+        threads: number(20)? as u32,
+        starttime: number(22)?,
+        processor: number(39)? as u32,
+        // Field 42 exists since Linux 2.6.18.
+        blkio_ticks: number(42).unwrap_or(0),
+    })
+}
+
+/// The fields of `/proc/<pid>/status` the exporter uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    /// Voluntary context switches (the task waited: I/O, locks, sleeps).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (the scheduler took the CPU away).
+    pub involuntary_switches: u64,
+    /// CPUs the process may run on.
+    pub allowed_cpus: Vec<u32>,
+}
+
+/// Parses `/proc/<pid>/status`; every field used is required.
+pub fn parse_status(text: &str) -> Result<Status, String> {
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .map(str::trim)
+            .ok_or_else(|| format!("no {key}"))
+    };
+    let count = |key: &str| -> Result<u64, String> {
+        let text = value(key)?;
+        text.parse()
+            .map_err(|_| format!("{key} is not a number: {text:?}"))
+    };
+    Ok(Status {
+        voluntary_switches: count("voluntary_ctxt_switches")?,
+        involuntary_switches: count("nonvoluntary_ctxt_switches")?,
+        allowed_cpus: parse_cpu_list(value("Cpus_allowed_list")?)?,
+    })
+}
+
+/// Parses a CPU list like `0-3,8,10-11` (the kernel's cpulist format).
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let bound = |b: &str| {
+            b.parse::<u32>()
+                .map_err(|_| format!("bad CPU list {text:?}"))
+        };
+        match part.split_once('-') {
+            Some((first, last)) => {
+                let (first, last) = (bound(first)?, bound(last)?);
+                if last < first || last - first > 65_536 {
+                    return Err(format!("bad CPU range {part:?}"));
+                }
+                cpus.extend(first..=last);
+            }
+            None => cpus.push(bound(part)?),
+        }
+    }
+    Ok(cpus)
+}
+
+/// Parses `read_bytes` of `/proc/<pid>/io`: bytes the process caused to be fetched from
+/// storage (page-cache hits excluded).
+pub fn parse_io_read_bytes(text: &str) -> Result<u64, String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .ok_or("no read_bytes")?
+        .trim()
+        .parse()
+        .map_err(|_| "read_bytes is not a number".to_string())
+}
+
+/// Parses a `children` file: the pids of a task's children, space separated.
+pub fn parse_children(text: &str) -> Result<Vec<u32>, String> {
+    text.split_ascii_whitespace()
+        .map(|p| p.parse().map_err(|_| format!("bad pid {p:?}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "4242 (python3 (main)) S 4200 4242 4200 0 -1 4194560 12000 0 5 0 1500 250 0 0 20 0 24 0 987654 5000000000 300000 18446744073709551615 1 1 0 0 0 0 0 16781312 1073757422 0 0 0 17 7 0 0 33 0 0 0 0 0 0 0 0 0 0";
+
+    #[test]
+    fn stat_fields_are_counted_after_the_command_name() {
+        let stat = parse_stat(STAT).unwrap();
+        assert_eq!(stat.state, 'S');
+        assert_eq!(stat.ppid, 4200);
+        assert_eq!((stat.utime, stat.stime), (1500, 250));
+        assert_eq!(stat.threads, 24);
+        assert_eq!(stat.starttime, 987654);
+        assert_eq!(stat.processor, 7);
+        assert_eq!(stat.blkio_ticks, 33);
+    }
+
+    #[test]
+    fn malformed_stat_lines_are_errors() {
+        for bad in ["", "12 no-parens S 1", "12 (x) S 1 2 3", "12 (x) S x 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"] {
+            assert!(parse_stat(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_switches_and_allowed_cpus() {
+        let status = parse_status("Name:\tpython3\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,8\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n").unwrap();
+        assert_eq!(status.voluntary_switches, 150);
+        assert_eq!(status.involuntary_switches, 7);
+        assert_eq!(status.allowed_cpus, vec![0, 1, 2, 3, 8]);
+        assert!(parse_status("Name:\tx\n").is_err());
+        assert!(parse_status(
+            "Cpus_allowed_list:\t0\nvoluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0").unwrap(), vec![0]);
+        assert_eq!(parse_cpu_list("0-1,4-5\n").unwrap(), vec![0, 1, 4, 5]);
+        assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
+        for bad in ["a", "3-1", "0-", "0-99999999"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn io_and_children() {
+        assert_eq!(
+            parse_io_read_bytes("rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n").unwrap(),
+            4096
+        );
+        assert!(parse_io_read_bytes("rchar: 10\n").is_err());
+        assert_eq!(parse_children("12 13 \n").unwrap(), vec![12, 13]);
+        assert_eq!(parse_children("").unwrap(), Vec::<u32>::new());
+        assert!(parse_children("12 x").is_err());
+    }
+}

@@ -1,0 +1,331 @@
+//! The process-context source: fixture /proc and /sys trees sampled twice (golden files and
+//! hand-computed figures), and a live process tree read against /proc and `ps`.
+
+mod common;
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::exposition::{self as strict, value, Family};
+use common::{Scenario, TempDir};
+use gpu_bottleneck_exporter::config::ProcessSource as ProcessConfig;
+use gpu_bottleneck_exporter::exposition::{render, Format};
+use gpu_bottleneck_exporter::snapshot::{
+    CpuRates, CpuSnapshot, CpuStat, GpuDevice, GpuProcess, GpuSnapshot, ProcessContext, Snapshot,
+};
+use gpu_bottleneck_exporter::source::process::ProcessSource;
+use gpu_bottleneck_exporter::source::{HostRoots, Source};
+
+/// A node whose GPU 0 (NUMA node 0) runs `pid`, with 8 CPUs half busy.
+fn node_with_gpu_process(pid: u32, command: &str) -> Snapshot {
+    let process = GpuProcess {
+        pid,
+        command: command.into(),
+        kind: "compute",
+        used_memory_bytes: 1 << 30,
+        ..GpuProcess::default()
+    };
+    Snapshot {
+        cpu: Some(CpuSnapshot {
+            stat: CpuStat {
+                cpu_count: 8,
+                ..CpuStat::default()
+            },
+            rates: Some(CpuRates {
+                busy_ratio: 0.5,
+                ..CpuRates::default()
+            }),
+        }),
+        gpu: Some(GpuSnapshot {
+            nvml_up: true,
+            devices: vec![GpuDevice {
+                index: 0,
+                uuid: "GPU-ctx".into(),
+                up: true,
+                numa_node: Some(0),
+                process_count: Some(1),
+                processes: vec![process],
+                ..GpuDevice::default()
+            }],
+            ..GpuSnapshot::default()
+        }),
+        ..Snapshot::default()
+    }
+}
+
+/// Samples a fixture's t0 and t1 trees one second apart (through `proc` and `sys` symlinks
+/// swapped between ticks) and returns the second snapshot.
+fn sample_fixture(name: &str, pid: u32, command: &str) -> Snapshot {
+    let fixtures = common::repo_root().join("tests/fixtures").join(name);
+    let work = TempDir::new(name);
+    let roots = HostRoots {
+        procfs: work.path().join("proc"),
+        sysfs: work.path().join("sys"),
+    };
+    let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
+    let mut snapshot = Snapshot::default();
+    for (second, tree) in ["t0", "t1"].iter().enumerate() {
+        for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
+            let _ = std::fs::remove_file(link);
+            std::os::unix::fs::symlink(fixtures.join(tree).join(dir), link).unwrap();
+        }
+        snapshot = node_with_gpu_process(pid, command);
+        source
+            .sample(&mut snapshot, Duration::from_secs(second as u64))
+            .unwrap();
+    }
+    snapshot
+}
+
+fn golden(name: &str, snapshot: &Snapshot) -> Vec<Family> {
+    let exposition = render(snapshot, 0.001, Instant::now());
+    let pinned = |format| {
+        let text = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
+        let commit = text.find("commit=\"").unwrap() + 8;
+        let end = commit + text[commit..].find('"').unwrap();
+        format!("{}test{}", &text[..commit], &text[end..])
+    };
+    let (text, openmetrics) = (pinned(Format::Text), pinned(Format::OpenMetrics));
+    let dir = common::repo_root().join("tests/golden");
+    common::check_golden(&dir.join(format!("{name}.prom")), &text);
+    common::check_golden(&dir.join(format!("{name}.om.txt")), &openmetrics);
+    strict::parse(&openmetrics, true).unwrap();
+    strict::parse(&text, false).unwrap()
+}
+
+#[track_caller]
+fn close(actual: Option<f64>, expected: f64) {
+    let actual = actual.unwrap_or_else(|| panic!("no value, expected {expected}"));
+    assert!((actual - expected).abs() < 1e-9, "{actual} != {expected}");
+}
+
+fn context(snapshot: &Snapshot) -> &ProcessContext {
+    snapshot
+        .processes
+        .first()
+        .expect("a context for the GPU process")
+}
+
+#[test]
+fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
+    let snapshot = sample_fixture("process-v2", 1000, "python3");
+    let c = context(&snapshot);
+    close(c.cpu_cores, 1.3); // 130 ticks in 1 s
+    close(c.busiest_thread_ratio, 0.98); // the main thread: the host-bound signature
+    assert_eq!(c.threads, 3);
+    assert_eq!(c.allowed_cpus, 8);
+    close(c.blkio_delay_seconds, 0.45);
+    assert_eq!(
+        c.numa_nodes,
+        vec![0, 1],
+        "worker 1010 last ran on CPU 5, node 1"
+    );
+    let w = &c.workers;
+    // 1020 was listed under 1012 but exited before t1: skipped quietly, not an error.
+    assert_eq!(
+        (w.count, w.running, w.disk_wait, w.sleeping, w.zombie),
+        (3, 1, 1, 1, 0)
+    );
+    close(w.cpu_cores, 1.15);
+    close(w.max_cpu_ratio, 0.9);
+    close(w.blkio_delay_ratio, 0.6);
+    close(w.read_bytes_per_second, 2.4e7);
+    let g = c.cgroup.as_ref().unwrap();
+    assert_eq!(g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
+    assert_eq!(
+        g.container_id,
+        "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100"
+    );
+    close(g.cpu_quota_cores, 4.0);
+    close(g.throttled_ratio, 0.4);
+    close(g.throttled_seconds, 3.25);
+    close(snapshot.other_cpu_ratio, (4.0 - 2.45) / 8.0);
+    assert_eq!(snapshot.delay_accounting, Some(true));
+
+    let f = golden("process-v2", &snapshot);
+    let pressure = |resource: &str, kind: &str| {
+        value(
+            &f,
+            "gpu_process_cgroup_pressure_stalled_ratio",
+            &[("resource", resource), ("kind", kind)],
+        )
+    };
+    close(pressure("cpu", "some"), 0.3);
+    close(pressure("cpu", "full"), 0.1);
+    close(pressure("io", "some"), 0.15);
+    assert_eq!(
+        value(&f, "gpu_process_numa_mismatch", &[("pid", "1000")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&f, "gpu_process_state", &[("state", "running")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &f,
+            "gpu_process_workers_in_state",
+            &[("state", "disk_wait")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
+    let snapshot = sample_fixture("process-v1", 2000, "train.py");
+    let c = context(&snapshot);
+    // No children files: the worker is found by its parent pid; the unrelated sshd is not.
+    assert_eq!(c.workers.count, 1);
+    close(c.workers.cpu_cores, 0.95);
+    assert_eq!(
+        c.blkio_delay_seconds, None,
+        "delay accounting off: unknown, not 0"
+    );
+    assert_eq!(c.workers.blkio_delay_ratio, None);
+    assert_eq!(snapshot.delay_accounting, Some(false));
+    let g = c.cgroup.as_ref().unwrap();
+    assert_eq!(g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
+    close(g.cpu_quota_cores, 2.0);
+    close(g.throttled_ratio, 0.5);
+    close(g.throttled_seconds, 1.5);
+    assert_eq!(g.pressure, vec![], "v1 has no per-cgroup PSI");
+    let f = golden("process-v1", &snapshot);
+    assert_eq!(
+        value(&f, "gpu_host_delay_accounting_enabled", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&f, "gpu_process_blkio_delay_seconds_total", &[]),
+        None
+    );
+}
+
+#[test]
+fn a_gpu_process_that_exits_disappears_without_an_error() {
+    let work = TempDir::new("gone");
+    let roots = HostRoots {
+        procfs: work.path().join("proc"),
+        sysfs: work.path().join("sys"),
+    };
+    std::fs::create_dir_all(&roots.procfs).unwrap();
+    let mut source = ProcessSource::new(roots, ProcessConfig::default());
+    let mut snapshot = node_with_gpu_process(4_000_123, "gone");
+    source.sample(&mut snapshot, Duration::ZERO).unwrap();
+    assert!(snapshot.processes.is_empty());
+}
+
+/// Reads (state, utime + stime) of a pid from /proc, or None once it has exited.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    Some((
+        fields[0].chars().next()?,
+        fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?,
+    ))
+}
+
+struct Tree(Child);
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        // The shell's children share its process group (setsid made the shell its leader).
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &group])
+            .status();
+        // Never block a failing test on a shell that did not die.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !matches!(self.0.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_live_process_tree_agrees_with_proc_and_ps() {
+    // A parent with three CPU-burning children and one sleeping child, in its own group.
+    let mut command = Command::new("setsid");
+    command.args([
+        "sh",
+        "-c",
+        "for i in 1 2 3; do (while :; do :; done) & done; sleep 600 & wait",
+    ]);
+    let tree = Tree(command.spawn().unwrap());
+    let parent = tree.0.id();
+    let scenario = Scenario::new(&format!("devices:\n  - uuid: GPU-live\n    processes:\n      - {{pid: {parent}, used_memory: 1000, sm: 5}}\n"));
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    let labels = [("pid", parent.to_string())];
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let page = exporter.metrics_when(|p| {
+        value(p, "gpu_process_workers", &labels) == Some(4.0)
+            && value(p, "gpu_process_workers_cpu_cores", &labels).is_some()
+    });
+
+    // The same moment from /proc and ps.
+    let children: Vec<u32> =
+        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+    let ps = Command::new("ps")
+        .args(["-o", "stat=", "--ppid", &parent.to_string()])
+        .output()
+        .unwrap();
+    let ps_states: Vec<char> = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter_map(|l| l.trim().chars().next())
+        .collect();
+    assert_eq!(children.len(), 4, "/proc children: {children:?}");
+    assert_eq!(ps_states.len(), 4, "ps: {ps_states:?}");
+    let ps_sleeping = ps_states.iter().filter(|s| **s == 'S').count() as f64;
+    let state = |s: &str| {
+        value(
+            &page,
+            "gpu_process_workers_in_state",
+            &[("pid", &parent.to_string()), ("state", s)],
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        state("running") + state("sleeping") + state("disk_wait") + state("zombie"),
+        4.0
+    );
+    // Tolerance: a busy loop is briefly S when preempted at the moment of reading; ps and the
+    // exporter read a few milliseconds apart, so the counts may differ by one.
+    assert!(
+        state("sleeping") >= 1.0 && (state("sleeping") - ps_sleeping).abs() <= 1.0,
+        "exporter sleeping {} ps {ps_sleeping}",
+        state("sleeping")
+    );
+
+    // CPU: three busy loops share this machine's cores. Measure them over two seconds from
+    // /proc and compare with the exporter's last-interval figure, within 0.35 cores (the
+    // windows differ and the machine is shared).
+    let before: u64 = children
+        .iter()
+        .filter_map(|c| proc_stat(*c))
+        .map(|(_, t)| t)
+        .sum();
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let after: u64 = children
+        .iter()
+        .filter_map(|c| proc_stat(*c))
+        .map(|(_, t)| t)
+        .sum();
+    let measured = (after - before) as f64 / 100.0 / started.elapsed().as_secs_f64();
+    let page = exporter.metrics();
+    let reported = value(&page, "gpu_process_workers_cpu_cores", &labels).unwrap();
+    println!("workers' CPU: exporter {reported:.2} cores, /proc over 2 s {measured:.2} cores; ps states {ps_states:?}");
+    assert!(
+        (reported - measured).abs() <= 0.35,
+        "exporter {reported} vs /proc {measured}"
+    );
+    let max = value(&page, "gpu_process_workers_max_cpu_ratio", &labels).unwrap();
+    assert!((0.2..=1.0).contains(&max), "busiest worker {max}");
+    // The parent itself only waits.
+    assert!(value(&page, "gpu_process_cpu_cores", &labels).unwrap() < 0.1);
+}

@@ -8,11 +8,10 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::exposition::{self as strict, value, Family};
 use gpu_bottleneck_exporter::config::Config;
-use gpu_bottleneck_exporter::exposition::{render, Format};
 use gpu_bottleneck_exporter::sampler::Sampler;
 use gpu_bottleneck_exporter::source;
 
@@ -34,41 +33,14 @@ fn scenario_output(name: &str) -> (String, String) {
         std::os::unix::fs::symlink(fixtures.join(tree).join("proc"), &link).unwrap();
         snapshot = Some(sampler.tick(Duration::from_secs(tick as u64)));
     }
-    let mut snapshot = snapshot.unwrap();
-    for status in &mut snapshot.sources {
-        status.duration_seconds = 0.001; // wall time varies from run to run
-    }
-    let exposition = render(&snapshot, 0.004, Instant::now());
-    let pin = |format| {
-        let body = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
-        let commit = body.find("commit=\"").unwrap() + 8;
-        let end = commit + body[commit..].find('"').unwrap();
-        // The commit changes with every build; error messages embed the temp path.
-        format!("{}test{}", &body[..commit], &body[end..])
-    };
-    (pin(Format::Text), pin(Format::OpenMetrics))
+    common::render_pinned(&snapshot.unwrap())
 }
 
 #[test]
 fn golden_expositions_match_and_parse_strictly() {
     for name in SCENARIOS {
-        let (text, openmetrics) = scenario_output(name);
-        strict::parse(&text, false).unwrap_or_else(|e| panic!("{name} text: {e}"));
-        strict::parse(&openmetrics, true).unwrap_or_else(|e| panic!("{name} openmetrics: {e}"));
-        let golden = common::repo_root().join("tests/golden");
-        common::check_golden(&golden.join(format!("{name}.prom")), &text);
-        common::check_golden(&golden.join(format!("{name}.om.txt")), &openmetrics);
+        common::check_goldens(name, &scenario_output(name));
     }
-}
-
-/// Asserts `actual` is `Some(expected)` up to floating-point rounding.
-#[track_caller]
-fn assert_close(actual: Option<f64>, expected: f64) {
-    let actual = actual.unwrap_or_else(|| panic!("no value, expected {expected}"));
-    assert!(
-        (actual - expected).abs() <= 1e-9 * expected.abs().max(1.0),
-        "{actual} != {expected}"
-    );
 }
 
 fn parsed(name: &str) -> Vec<Family> {
@@ -80,20 +52,20 @@ fn busy_node_figures_match_hand_computation() {
     let f = parsed("busy-node");
     let disk = |metric: &str, device: &str| value(&f, metric, &[("device", device)]);
     // nvme0n1: 950 ms busy, 2000 reads taking 12000 ms, 50 writes taking 100 ms, in 1 s.
-    assert_close(disk("gpu_host_disk_utilization_ratio", "nvme0n1"), 0.95);
-    assert_close(disk("gpu_host_disk_read_await_seconds", "nvme0n1"), 0.006);
-    assert_close(disk("gpu_host_disk_write_await_seconds", "nvme0n1"), 0.002);
-    assert_close(disk("gpu_host_disk_queue_size", "nvme0n1"), 12.1);
-    assert_close(
+    common::assert_close(disk("gpu_host_disk_utilization_ratio", "nvme0n1"), 0.95);
+    common::assert_close(disk("gpu_host_disk_read_await_seconds", "nvme0n1"), 0.006);
+    common::assert_close(disk("gpu_host_disk_write_await_seconds", "nvme0n1"), 0.002);
+    common::assert_close(disk("gpu_host_disk_queue_size", "nvme0n1"), 12.1);
+    common::assert_close(
         disk("gpu_host_disk_read_bytes_per_second", "nvme0n1"),
         1024000.0 * 512.0,
     );
-    assert_close(disk("gpu_host_disk_in_flight_requests", "nvme0n1"), 7.0);
+    common::assert_close(disk("gpu_host_disk_in_flight_requests", "nvme0n1"), 7.0);
     // dm-0's counters went back (re-attached): counters shown, no rates.
-    assert_close(disk("gpu_host_disk_reads_completed_total", "dm-0"), 12.0);
+    common::assert_close(disk("gpu_host_disk_reads_completed_total", "dm-0"), 12.0);
     assert_eq!(disk("gpu_host_disk_utilization_ratio", "dm-0"), None);
     // sdb appeared at t1: counters but no rates yet; sdc vanished; partition and loop excluded.
-    assert_close(disk("gpu_host_disk_reads_completed_total", "sdb"), 20.0);
+    common::assert_close(disk("gpu_host_disk_reads_completed_total", "sdb"), 20.0);
     assert_eq!(disk("gpu_host_disk_utilization_ratio", "sdb"), None);
     for absent in ["sdc", "nvme0n1p1", "loop0"] {
         assert_eq!(
@@ -103,13 +75,13 @@ fn busy_node_figures_match_hand_computation() {
         );
     }
     // iowait went from 49.90 s to 49.90 - 0.10 s: a zero share, never negative.
-    assert_close(value(&f, "gpu_host_cpu_iowait_ratio", &[]), 0.0);
-    assert_close(
+    common::assert_close(value(&f, "gpu_host_cpu_iowait_ratio", &[]), 0.0);
+    common::assert_close(
         value(&f, "gpu_host_cpu_seconds_total", &[("mode", "iowait")]),
         49.9,
     );
-    assert_close(value(&f, "gpu_host_tasks_blocked", &[]), 4.0);
-    assert_close(value(&f, "gpu_host_cpus", &[]), 4.0);
+    common::assert_close(value(&f, "gpu_host_tasks_blocked", &[]), 4.0);
+    common::assert_close(value(&f, "gpu_host_cpus", &[]), 4.0);
     // PSI io: 0.6 s some and 0.4 s full stalled in 1 s.
     let psi = |resource: &str, kind: &str| {
         value(
@@ -118,11 +90,11 @@ fn busy_node_figures_match_hand_computation() {
             &[("resource", resource), ("kind", kind)],
         )
     };
-    assert_close(psi("io", "some"), 0.6);
-    assert_close(psi("io", "full"), 0.4);
-    assert_close(psi("memory", "some"), 0.0);
+    common::assert_close(psi("io", "some"), 0.6);
+    common::assert_close(psi("io", "full"), 0.4);
+    common::assert_close(psi("memory", "some"), 0.0);
     // 250 pages swapped out in 1 s.
-    assert_close(
+    common::assert_close(
         value(&f, "gpu_host_swap_out_bytes_per_second", &[]),
         250.0 * 4096.0,
     );
@@ -132,15 +104,15 @@ fn busy_node_figures_match_hand_computation() {
 fn old_kernel_reports_pressure_unsupported_not_failed() {
     let f = parsed("old-kernel");
     let source = |metric: &str, name: &str| value(&f, metric, &[("source", name)]);
-    assert_close(source("gpu_exporter_source_supported", "pressure"), 0.0);
-    assert_close(source("gpu_exporter_source_up", "pressure"), 0.0);
-    assert_close(source("gpu_exporter_source_errors_total", "pressure"), 0.0);
+    common::assert_close(source("gpu_exporter_source_supported", "pressure"), 0.0);
+    common::assert_close(source("gpu_exporter_source_up", "pressure"), 0.0);
+    common::assert_close(source("gpu_exporter_source_errors_total", "pressure"), 0.0);
     assert_eq!(value(&f, "gpu_host_pressure_stalled_ratio", &[]), None);
-    assert_close(
+    common::assert_close(
         value(&f, "gpu_host_cpu_seconds_total", &[("mode", "steal")]),
         0.0,
     );
-    assert_close(
+    common::assert_close(
         value(
             &f,
             "gpu_host_disk_write_await_seconds",
@@ -154,11 +126,11 @@ fn old_kernel_reports_pressure_unsupported_not_failed() {
 fn broken_files_degrade_only_their_own_source() {
     let f = parsed("broken-files");
     let source = |metric: &str, name: &str| value(&f, metric, &[("source", name)]);
-    assert_close(source("gpu_exporter_source_up", "cpu"), 1.0);
-    assert_close(source("gpu_exporter_source_up", "disk"), 0.0);
-    assert_close(source("gpu_exporter_source_supported", "disk"), 1.0);
-    assert_close(source("gpu_exporter_source_errors_total", "disk"), 1.0);
-    assert_close(source("gpu_exporter_source_errors_total", "memory"), 2.0);
+    common::assert_close(source("gpu_exporter_source_up", "cpu"), 1.0);
+    common::assert_close(source("gpu_exporter_source_up", "disk"), 0.0);
+    common::assert_close(source("gpu_exporter_source_supported", "disk"), 1.0);
+    common::assert_close(source("gpu_exporter_source_errors_total", "disk"), 1.0);
+    common::assert_close(source("gpu_exporter_source_errors_total", "memory"), 2.0);
     assert_eq!(value(&f, "gpu_host_disk_reads_completed_total", &[]), None);
     assert_eq!(value(&f, "gpu_host_memory_total_bytes", &[]), None);
     // A cpu pressure file without a `full` line (kernels before 5.13).
@@ -169,9 +141,9 @@ fn broken_files_degrade_only_their_own_source() {
             &[("resource", "cpu"), ("kind", kind)],
         )
     };
-    assert_close(psi("some"), 0.2);
+    common::assert_close(psi("some"), 0.2);
     assert_eq!(psi("full"), None);
-    assert_close(value(&f, "gpu_host_cpu_busy_ratio", &[]), 0.5);
+    common::assert_close(value(&f, "gpu_host_cpu_busy_ratio", &[]), 0.5);
 }
 
 /// (type, label names) per sample name, over every golden OpenMetrics file (each of which

@@ -8,9 +8,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::exposition::{self as strict, value};
+use common::exposition::value;
 use gpu_bottleneck_exporter::config::Config;
-use gpu_bottleneck_exporter::exposition::{render, Format};
 use gpu_bottleneck_exporter::sampler::Sampler;
 use gpu_bottleneck_exporter::snapshot::Snapshot;
 use gpu_bottleneck_exporter::source;
@@ -27,30 +26,6 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
     // Generous: a loaded test machine must not turn a slow read into a "timeout" golden.
     config.sources.gpu.timeout.0 = Duration::from_secs(10);
     config
-}
-
-/// Renders a snapshot with the run-dependent values pinned.
-fn render_pinned(mut snapshot: Snapshot) -> (String, String) {
-    snapshot.samples_total = 2;
-    for status in &mut snapshot.sources {
-        status.duration_seconds = 0.001;
-    }
-    let exposition = render(&snapshot, 0.002, Instant::now());
-    let body = |format| {
-        let text = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
-        let commit = text.find("commit=\"").unwrap() + 8;
-        let end = commit + text[commit..].find('"').unwrap();
-        format!("{}test{}", &text[..commit], &text[end..])
-    };
-    (body(Format::Text), body(Format::OpenMetrics))
-}
-
-fn check(name: &str, (text, openmetrics): &(String, String)) -> Vec<strict::Family> {
-    let golden = common::repo_root().join("tests/golden");
-    common::check_golden(&golden.join(format!("{name}.prom")), text);
-    common::check_golden(&golden.join(format!("{name}.om.txt")), openmetrics);
-    strict::parse(openmetrics, true).unwrap_or_else(|e| panic!("{name}: {e}"));
-    strict::parse(text, false).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The fake library's driver clock, stepped by the test.
@@ -94,12 +69,14 @@ fn gpu_node_snapshot() -> Snapshot {
         std::thread::sleep(Duration::from_millis(50));
     }
     set_driver_clock(4);
-    sampler.tick(Duration::from_secs(2))
+    let mut snapshot = sampler.tick(Duration::from_secs(2));
+    snapshot.samples_total = 2; // the polling ticks above vary in number
+    snapshot
 }
 
 #[test]
 fn gpu_node_and_missing_library_goldens() {
-    let f = check("gpu-node", &render_pinned(gpu_node_snapshot()));
+    let f = common::check_goldens("gpu-node", &common::render_pinned(&gpu_node_snapshot()));
     let gpu = |metric: &str, index: &str| value(&f, metric, &[("gpu", index)]);
     assert_eq!(value(&f, "gpu_devices", &[]), Some(4.0));
     assert_eq!(gpu("gpu_up", "0"), Some(1.0));
@@ -229,7 +206,10 @@ fn gpu_node_and_missing_library_goldens() {
 
     let missing = gpu_only_config(std::path::Path::new("/nonexistent/libnvidia-ml.so.1"));
     let mut sampler = Sampler::new(source::from_config(&missing));
-    let f = check("no-nvml", &render_pinned(sampler.tick(Duration::ZERO)));
+    let f = common::check_goldens(
+        "no-nvml",
+        &common::render_pinned(&sampler.tick(Duration::ZERO)),
+    );
     assert_eq!(value(&f, "gpu_exporter_nvml_up", &[]), Some(0.0));
     assert_eq!(
         value(

@@ -6,10 +6,9 @@ mod common;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::exposition::{self as strict, value, Family};
+use common::exposition::value;
 use common::{Scenario, TempDir};
 use gpu_bottleneck_exporter::config::ProcessSource as ProcessConfig;
-use gpu_bottleneck_exporter::exposition::{render, Format};
 use gpu_bottleneck_exporter::snapshot::{
     CpuRates, CpuSnapshot, CpuStat, GpuDevice, GpuProcess, GpuSnapshot, ProcessContext, Snapshot,
 };
@@ -77,28 +76,6 @@ fn sample_fixture(name: &str, pid: u32, command: &str) -> Snapshot {
     snapshot
 }
 
-fn golden(name: &str, snapshot: &Snapshot) -> Vec<Family> {
-    let exposition = render(snapshot, 0.001, Instant::now());
-    let pinned = |format| {
-        let text = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
-        let commit = text.find("commit=\"").unwrap() + 8;
-        let end = commit + text[commit..].find('"').unwrap();
-        format!("{}test{}", &text[..commit], &text[end..])
-    };
-    let (text, openmetrics) = (pinned(Format::Text), pinned(Format::OpenMetrics));
-    let dir = common::repo_root().join("tests/golden");
-    common::check_golden(&dir.join(format!("{name}.prom")), &text);
-    common::check_golden(&dir.join(format!("{name}.om.txt")), &openmetrics);
-    strict::parse(&openmetrics, true).unwrap();
-    strict::parse(&text, false).unwrap()
-}
-
-#[track_caller]
-fn close(actual: Option<f64>, expected: f64) {
-    let actual = actual.unwrap_or_else(|| panic!("no value, expected {expected}"));
-    assert!((actual - expected).abs() < 1e-9, "{actual} != {expected}");
-}
-
 fn context(snapshot: &Snapshot) -> &ProcessContext {
     snapshot
         .processes
@@ -110,11 +87,11 @@ fn context(snapshot: &Snapshot) -> &ProcessContext {
 fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
     let snapshot = sample_fixture("process-v2", 1000, "python3");
     let c = context(&snapshot);
-    close(c.cpu_cores, 1.3); // 130 ticks in 1 s
-    close(c.busiest_thread_ratio, 0.98); // the main thread: the host-bound signature
+    common::assert_close(c.cpu_cores, 1.3); // 130 ticks in 1 s
+    common::assert_close(c.busiest_thread_ratio, 0.98); // the main thread: the host-bound signature
     assert_eq!(c.threads, 3);
     assert_eq!(c.allowed_cpus, 8);
-    close(c.blkio_delay_seconds, 0.45);
+    common::assert_close(c.blkio_delay_seconds, 0.45);
     assert_eq!(
         c.numa_nodes,
         vec![0, 1],
@@ -126,23 +103,23 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
         (w.count, w.running, w.disk_wait, w.sleeping, w.zombie),
         (3, 1, 1, 1, 0)
     );
-    close(w.cpu_cores, 1.15);
-    close(w.max_cpu_ratio, 0.9);
-    close(w.blkio_delay_ratio, 0.6);
-    close(w.read_bytes_per_second, 2.4e7);
+    common::assert_close(w.cpu_cores, 1.15);
+    common::assert_close(w.max_cpu_ratio, 0.9);
+    common::assert_close(w.blkio_delay_ratio, 0.6);
+    common::assert_close(w.read_bytes_per_second, 2.4e7);
     let g = c.cgroup.as_ref().unwrap();
     assert_eq!(g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
     assert_eq!(
         g.container_id,
         "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100"
     );
-    close(g.cpu_quota_cores, 4.0);
-    close(g.throttled_ratio, 0.4);
-    close(g.throttled_seconds, 3.25);
-    close(snapshot.other_cpu_ratio, (4.0 - 2.45) / 8.0);
+    common::assert_close(g.cpu_quota_cores, 4.0);
+    common::assert_close(g.throttled_ratio, 0.4);
+    common::assert_close(g.throttled_seconds, 3.25);
+    common::assert_close(snapshot.other_cpu_ratio, (4.0 - 2.45) / 8.0);
     assert_eq!(snapshot.delay_accounting, Some(true));
 
-    let f = golden("process-v2", &snapshot);
+    let f = common::check_goldens("process-v2", &common::render_pinned(&snapshot));
     let pressure = |resource: &str, kind: &str| {
         value(
             &f,
@@ -150,9 +127,9 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
             &[("resource", resource), ("kind", kind)],
         )
     };
-    close(pressure("cpu", "some"), 0.3);
-    close(pressure("cpu", "full"), 0.1);
-    close(pressure("io", "some"), 0.15);
+    common::assert_close(pressure("cpu", "some"), 0.3);
+    common::assert_close(pressure("cpu", "full"), 0.1);
+    common::assert_close(pressure("io", "some"), 0.15);
     assert_eq!(
         value(&f, "gpu_process_numa_mismatch", &[("pid", "1000")]),
         Some(1.0)
@@ -177,7 +154,7 @@ fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
     let c = context(&snapshot);
     // No children files: the worker is found by its parent pid; the unrelated sshd is not.
     assert_eq!(c.workers.count, 1);
-    close(c.workers.cpu_cores, 0.95);
+    common::assert_close(c.workers.cpu_cores, 0.95);
     assert_eq!(
         c.blkio_delay_seconds, None,
         "delay accounting off: unknown, not 0"
@@ -186,11 +163,11 @@ fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
     assert_eq!(snapshot.delay_accounting, Some(false));
     let g = c.cgroup.as_ref().unwrap();
     assert_eq!(g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
-    close(g.cpu_quota_cores, 2.0);
-    close(g.throttled_ratio, 0.5);
-    close(g.throttled_seconds, 1.5);
+    common::assert_close(g.cpu_quota_cores, 2.0);
+    common::assert_close(g.throttled_ratio, 0.5);
+    common::assert_close(g.throttled_seconds, 1.5);
     assert_eq!(g.pressure, vec![], "v1 has no per-cgroup PSI");
-    let f = golden("process-v1", &snapshot);
+    let f = common::check_goldens("process-v1", &common::render_pinned(&snapshot));
     assert_eq!(
         value(&f, "gpu_host_delay_accounting_enabled", &[]),
         Some(0.0)

@@ -149,6 +149,47 @@ impl Drop for Exporter {
     }
 }
 
+/// Both formats of a snapshot as the golden files hold them: source and tick durations and the
+/// build commit pinned (they change from run to run), sample age 0.
+pub fn render_pinned(snapshot: &gpu_bottleneck_exporter::snapshot::Snapshot) -> (String, String) {
+    use gpu_bottleneck_exporter::exposition::{render, Format};
+    let mut snapshot = snapshot.clone();
+    for status in &mut snapshot.sources {
+        status.duration_seconds = 0.001;
+    }
+    let exposition = render(&snapshot, 0.002, Instant::now());
+    let pin = |format| {
+        let body = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
+        let commit = body.find("commit=\"").unwrap() + 8;
+        let end = commit + body[commit..].find('"').unwrap();
+        format!("{}test{}", &body[..commit], &body[end..])
+    };
+    (pin(Format::Text), pin(Format::OpenMetrics))
+}
+
+/// Checks both formats against `tests/golden/<name>.{prom,om.txt}` and parses them strictly;
+/// returns the classic format's families.
+pub fn check_goldens(
+    name: &str,
+    (text, openmetrics): &(String, String),
+) -> Vec<exposition::Family> {
+    let dir = repo_root().join("tests/golden");
+    check_golden(&dir.join(format!("{name}.prom")), text);
+    check_golden(&dir.join(format!("{name}.om.txt")), openmetrics);
+    exposition::parse(openmetrics, true).unwrap_or_else(|e| panic!("{name} OpenMetrics: {e}"));
+    exposition::parse(text, false).unwrap_or_else(|e| panic!("{name} text: {e}"))
+}
+
+/// Asserts `actual` is `Some(expected)` up to floating-point rounding.
+#[track_caller]
+pub fn assert_close(actual: Option<f64>, expected: f64) {
+    let actual = actual.unwrap_or_else(|| panic!("no value, expected {expected}"));
+    assert!(
+        (actual - expected).abs() <= 1e-9 * expected.abs().max(1.0),
+        "{actual} != {expected}"
+    );
+}
+
 /// Compares `actual` with the golden file at `path`; `UPDATE_GOLDEN=1` rewrites it instead.
 pub fn check_golden(path: &Path, actual: &str) {
     if std::env::var_os("UPDATE_GOLDEN").is_some() {

@@ -179,6 +179,24 @@ fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
 }
 
 #[test]
+fn a_slurm_job_on_cgroup_v1_labels_its_gpu() {
+    let snapshot = sample_fixture("process-slurm", 2000, "train.py");
+    let g = context(&snapshot).cgroup.as_ref().unwrap();
+    assert_eq!((g.slurm_job.as_str(), g.pod_uid.as_str()), ("4242", ""));
+    assert_eq!(g.cpu_quota_cores, None, "cfs_quota_us -1: no quota");
+    common::assert_close(g.throttled_ratio, 0.5);
+    let f = common::check_goldens("process-slurm", &common::render_pinned(&snapshot));
+    assert_eq!(
+        value(
+            &f,
+            "gpu_slurm_job_info",
+            &[("gpu", "0"), ("slurm_job", "4242")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
 fn a_gpu_process_that_exits_disappears_without_an_error() {
     let work = TempDir::new("gone");
     let roots = HostRoots {

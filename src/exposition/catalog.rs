@@ -161,5 +161,6 @@ metric!(CGROUP_THROTTLED_PERIODS, "gpu_process_cgroup_cpu_throttled_periods", Co
 metric!(CGROUP_THROTTLED_SECONDS, "gpu_process_cgroup_cpu_throttled_seconds", Counter, SECONDS, ["gpu", "uuid", "pid", "command"], "Time the cgroup's tasks spent throttled.");
 metric!(CGROUP_THROTTLED_RATIO, "gpu_process_cgroup_cpu_throttled_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command"], "Share of the last interval's enforcement periods in which the cgroup was throttled.");
 metric!(CGROUP_PRESSURE, "gpu_process_cgroup_pressure_stalled_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "resource", "kind"], "Share of the last interval the cgroup's tasks were stalled on cpu, io or memory (cgroup v2 PSI).");
+metric!(GPU_SLURM_JOB, "gpu_slurm_job", Info, None, ["gpu", "uuid", "slurm_job"], "A Slurm job running on the GPU (from its processes' cgroups), to join GPU and verdict series with the job.");
 metric!(OTHER_CPU, "gpu_host_other_cpu_ratio", Gauge, RATIO, [], "Share of all host CPU used over the last interval by processes outside the GPU process trees: competition for the data pipeline.");
 metric!(DELAY_ACCOUNTING, "gpu_host_delay_accounting_enabled", Gauge, None, [], "1 when the kernel's delay accounting (kernel.task_delayacct) is on, 0 when off; absent on kernels before 5.14 (on by default there).");

@@ -4,7 +4,7 @@
 //! copies bytes out. The one figure that depends on the scrape's own time, the sample age, is
 //! appended at scrape time: a stuck sampler then shows as a growing age, not a frozen page.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -623,9 +623,20 @@ fn process_context_families(gpu: &GpuSnapshot, contexts: &[ProcessContext], out:
     let mut throttled_seconds = Family::new(&CGROUP_THROTTLED_SECONDS);
     let mut throttled_ratio = Family::new(&CGROUP_THROTTLED_RATIO);
     let mut pressure = Family::new(&CGROUP_PRESSURE);
+    let mut slurm_jobs = Family::new(&GPU_SLURM_JOB);
     let by_pid: HashMap<u32, &ProcessContext> = contexts.iter().map(|c| (c.pid, c)).collect();
     for device in gpu.devices.iter().filter(|d| d.up) {
         let index = device.index.to_string();
+        let jobs: BTreeSet<&str> = device
+            .processes
+            .iter()
+            .filter_map(|p| by_pid.get(&p.pid)?.cgroup.as_ref())
+            .map(|g| g.slurm_job.as_str())
+            .filter(|job| !job.is_empty())
+            .collect();
+        for job in jobs {
+            slurm_jobs.add(&[&index, &device.uuid, job], 1.0);
+        }
         for process in &device.processes {
             let Some(c) = by_pid.get(&process.pid) else {
                 continue;
@@ -738,6 +749,7 @@ fn process_context_families(gpu: &GpuSnapshot, contexts: &[ProcessContext], out:
         throttled_seconds,
         throttled_ratio,
         pressure,
+        slurm_jobs,
     ]);
 }
 

@@ -30,6 +30,99 @@ pub struct Config {
     pub paths: Paths,
     /// Which sources run and how each one selects what it reads.
     pub sources: Sources,
+    /// How verdicts are decided: window, hysteresis and every rule's thresholds.
+    pub analysis: Analysis,
+}
+
+/// Verdict settings. Each rule's condition scores 0.5 exactly at its threshold, 1.0 at twice
+/// the distance, and 0.3 at 60 % of the way; a kind turns active when its score stays at or
+/// above `enter_score` for `min_duration`, and inactive when it stays below `leave_score` as
+/// long, so bursty workloads do not flap.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Analysis {
+    /// Sliding window the inputs are averaged over.
+    pub window: ConfigDuration,
+    /// How long a score must stay past a threshold before a verdict changes.
+    pub min_duration: ConfigDuration,
+    /// Score at or above which a kind may turn active.
+    pub enter_score: f64,
+    /// Score below which an active kind may turn inactive.
+    pub leave_score: f64,
+    /// Busy fraction at or below which a GPU counts as starved (SageMaker Debugger's
+    /// LowGPUUtilization rule uses 70 % as its p95 threshold).
+    pub gpu_starved_below: f64,
+    /// Busy fraction at or above which a GPU with no bottleneck is `busy` (compute-bound).
+    pub gpu_busy_above: f64,
+    /// Share of near-zero utilization samples that makes a GPU's work bursty.
+    pub bursty_idle_share: f64,
+    /// Disk utilization that counts as saturated (iostat guidance: sustained > 80 %).
+    pub disk_util_high: f64,
+    /// Host iowait share that counts as storage-bound.
+    pub iowait_high: f64,
+    /// Host PSI io "some" share that counts as storage-bound.
+    pub psi_io_high: f64,
+    /// Mean number of workers blocked on I/O that counts as storage-bound.
+    pub workers_blkio_high: f64,
+    /// Share of one core at which the busiest data-loader worker counts as saturated
+    /// (SageMaker Debugger's CPUBottleneck rule uses 90 % CPU).
+    pub worker_cpu_high: f64,
+    /// Host CPU busy share that counts as saturated.
+    pub host_cpu_high: f64,
+    /// Share of one core at which the main training thread counts as pinned (host-bound).
+    pub main_thread_high: f64,
+    /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls).
+    pub quiet_below: f64,
+    /// GPU-Util at or above which low SM activity means inefficient kernels.
+    pub kernel_util_high: f64,
+    /// GPM SM activity at or below which a busy-looking GPU's SMs are mostly empty (NVIDIA's
+    /// DCGM profiling guidance treats SM activity under 0.5 as poor use of the GPU).
+    pub sm_activity_low: f64,
+    /// Device memory used share that counts as memory pressure.
+    pub memory_used_high: f64,
+    /// Spread of busy fraction between the GPUs of one job that counts as imbalance.
+    pub job_imbalance: f64,
+    /// cgroup throttled-period share that counts as CPU-quota contention.
+    pub cgroup_throttled_high: f64,
+    /// Host CPU used outside the GPU process trees that counts as contention.
+    pub other_cpu_high: f64,
+    /// Hypervisor steal share that counts as contention.
+    pub steal_high: f64,
+    /// Share of the window with a limiting throttle reason active while busy.
+    pub throttled_share_high: f64,
+    /// Degrees below the slowdown temperature that count as thermally limited.
+    pub thermal_margin_celsius: f64,
+}
+
+impl Default for Analysis {
+    fn default() -> Self {
+        Analysis {
+            window: ConfigDuration(Duration::from_secs(30)),
+            min_duration: ConfigDuration(Duration::from_secs(10)),
+            enter_score: 0.5,
+            leave_score: 0.3,
+            gpu_starved_below: 0.7,
+            gpu_busy_above: 0.9,
+            bursty_idle_share: 0.2,
+            disk_util_high: 0.8,
+            iowait_high: 0.1,
+            psi_io_high: 0.2,
+            workers_blkio_high: 0.5,
+            worker_cpu_high: 0.9,
+            host_cpu_high: 0.9,
+            main_thread_high: 0.9,
+            quiet_below: 0.5,
+            kernel_util_high: 0.8,
+            sm_activity_low: 0.5,
+            memory_used_high: 0.95,
+            job_imbalance: 0.3,
+            cgroup_throttled_high: 0.1,
+            other_cpu_high: 0.5,
+            steal_high: 0.1,
+            throttled_share_high: 0.3,
+            thermal_margin_celsius: 3.0,
+        }
+    }
 }
 
 impl Default for Config {
@@ -40,6 +133,7 @@ impl Default for Config {
             log_level: LogLevel::Info,
             paths: Paths::default(),
             sources: Sources::default(),
+            analysis: Analysis::default(),
         }
     }
 }

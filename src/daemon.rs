@@ -7,7 +7,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::sampler::{self, Sampler};
-use crate::{server, source};
+use crate::server;
 
 /// Runs the exporter until SIGTERM or SIGINT. Errors are start-up failures (port in use).
 pub fn serve(config: Config) -> Result<(), String> {
@@ -23,7 +23,7 @@ pub fn serve(config: Config) -> Result<(), String> {
 
         let (publish, published) = watch::channel(None);
         let (stop, stopped) = mpsc::channel();
-        let sampler = Sampler::new(source::from_config(&config));
+        let sampler = Sampler::from_config(&config);
         let interval = config.sample_interval.0;
         let sampler_thread = thread::Builder::new()
             .name("sampler".into())

@@ -3,6 +3,7 @@
 //! Data flows one way: [`config`] → [`source`]s → [`snapshot::Snapshot`] → [`exposition`] →
 //! [`server`]. The [`sampler`] is the only loop and the only owner of mutable state.
 
+pub mod analysis;
 pub mod config;
 pub mod daemon;
 pub mod exposition;

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::analysis::Analyzer;
+use crate::config::Config;
 use crate::exposition::{self, Exposition};
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
 use crate::source::{Source, SourceError};
@@ -16,6 +18,8 @@ use crate::source::{Source, SourceError};
 /// Owns the sources and what the sampler remembers between ticks.
 pub struct Sampler {
     sources: Vec<Box<dyn Source>>,
+    /// The analysis window and verdict latches.
+    analyzer: Analyzer,
     /// Per source, in the same order: the last outcome (to log changes once) and error count.
     history: Vec<(Option<SourceOutcome>, u64)>,
     samples_total: u64,
@@ -27,8 +31,17 @@ impl Sampler {
         let history = vec![(None, 0); sources.len()];
         Sampler {
             sources,
+            analyzer: Analyzer::default(),
             history,
             samples_total: 0,
+        }
+    }
+
+    /// The sampler a configuration describes: its sources and its analysis thresholds.
+    pub fn from_config(config: &Config) -> Self {
+        Sampler {
+            analyzer: Analyzer::new(config.analysis.clone()),
+            ..Sampler::new(crate::source::from_config(config))
         }
     }
 
@@ -62,6 +75,7 @@ impl Sampler {
             });
             *last = Some(outcome);
         }
+        snapshot.verdicts = self.analyzer.update(&snapshot, now.as_secs_f64());
         snapshot
     }
 }

@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub other_cpu_ratio: Option<f64>,
     /// Whether the kernel's delay accounting is on (`None`: not known).
     pub delay_accounting: Option<bool>,
+    /// Per GPU, why it waits (filled by the analysis after the sources).
+    pub verdicts: Vec<crate::analysis::GpuVerdict>,
     /// How each enabled source fared on this tick, in configuration order.
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.

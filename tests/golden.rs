@@ -13,7 +13,6 @@ use std::time::Duration;
 use common::exposition::{self as strict, value, Family};
 use gpu_bottleneck_exporter::config::Config;
 use gpu_bottleneck_exporter::sampler::Sampler;
-use gpu_bottleneck_exporter::source;
 
 const SCENARIOS: [&str; 3] = ["busy-node", "old-kernel", "broken-files"];
 
@@ -26,7 +25,7 @@ fn scenario_output(name: &str) -> (String, String) {
     config.sources.gpu.enabled = false; // tests/gpu_golden.rs covers the GPU source
     config.paths.procfs = link.clone();
     config.paths.sysfs = fixtures.join("sys");
-    let mut sampler = Sampler::new(source::from_config(&config));
+    let mut sampler = Sampler::from_config(&config);
     let mut snapshot = None;
     for (tick, tree) in ["t0", "t1"].iter().enumerate() {
         let _ = std::fs::remove_file(&link);

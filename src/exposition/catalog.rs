@@ -164,3 +164,9 @@ metric!(CGROUP_PRESSURE, "gpu_process_cgroup_pressure_stalled_ratio", Gauge, RAT
 metric!(GPU_SLURM_JOB, "gpu_slurm_job", Info, None, ["gpu", "uuid", "slurm_job"], "A Slurm job running on the GPU (from its processes' cgroups), to join GPU and verdict series with the job.");
 metric!(OTHER_CPU, "gpu_host_other_cpu_ratio", Gauge, RATIO, [], "Share of all host CPU used over the last interval by processes outside the GPU process trees: competition for the data pipeline.");
 metric!(DELAY_ACCOUNTING, "gpu_host_delay_accounting_enabled", Gauge, None, [], "1 when the kernel's delay accounting (kernel.task_delayacct) is on, 0 when off; absent on kernels before 5.14 (on by default there).");
+
+// Verdicts.
+metric!(VERDICT, "gpu_bottleneck", Gauge, None, ["gpu", "uuid", "kind"], "1 while the analysis finds this bottleneck kind active on the GPU (after the window and hysteresis), else 0. Every kind is always present for every GPU.");
+metric!(VERDICT_SCORE, "gpu_bottleneck_score", Gauge, None, ["gpu", "uuid", "kind"], "How strongly the window's evidence points at this kind, 0..1 (0.5 at the rule's threshold); absent while the kind is unknown.");
+metric!(VERDICT_UNKNOWN, "gpu_bottleneck_unknown", Gauge, None, ["gpu", "uuid", "kind"], "1 when an input the kind's rule needs is missing on this GPU (no GPM, no process context, no storage signal), so it cannot be judged; else 0.");
+metric!(PRIMARY, "gpu_verdict", Gauge, None, ["gpu", "uuid", "verdict"], "1 for the GPU's primary verdict (the highest-scoring active kind, else idle, busy or undetermined), 0 for the others.");

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use crate::analysis::GpuVerdict;
 use crate::snapshot::{
     DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, ProcessContext, Snapshot,
     SourceOutcome,
@@ -156,6 +157,7 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
         gpu_families(gpu, &mut out);
         process_context_families(gpu, &snapshot.processes, &mut out);
     }
+    verdict_families(&snapshot.verdicts, &mut out);
     if let Some(ratio) = snapshot.other_cpu_ratio {
         out.push(Family::single(&OTHER_CPU, ratio));
     }
@@ -751,6 +753,48 @@ fn process_context_families(gpu: &GpuSnapshot, contexts: &[ProcessContext], out:
         pressure,
         slurm_jobs,
     ]);
+}
+
+/// Every value the primary verdict can take.
+const PRIMARY_VERDICTS: [&str; 13] = [
+    "idle",
+    "busy",
+    "undetermined",
+    "data_io",
+    "data_cpu",
+    "host_bound",
+    "sync_stall",
+    "kernel_efficiency",
+    "memory_pressure",
+    "communication",
+    "contention",
+    "throttling",
+    "hardware",
+];
+
+fn verdict_families(verdicts: &[GpuVerdict], out: &mut Vec<Family>) {
+    let mut active = Family::new(&VERDICT);
+    let mut score = Family::new(&VERDICT_SCORE);
+    let mut unknown = Family::new(&VERDICT_UNKNOWN);
+    let mut primary = Family::new(&PRIMARY);
+    for verdict in verdicts {
+        let index = verdict.index.to_string();
+        for kind in &verdict.kinds {
+            let labels = [index.as_str(), &verdict.uuid, kind.scored.kind.name()];
+            active.add(&labels, flag(kind.active));
+            unknown.add(&labels, flag(kind.scored.score.is_none()));
+            if let Some(value) = kind.scored.score {
+                score.add(&labels, value);
+            }
+        }
+        for name in PRIMARY_VERDICTS {
+            primary.add(
+                &[&index, &verdict.uuid, name],
+                flag(verdict.primary.name() == name),
+            );
+        }
+    }
+    out.extend([active, score, unknown, primary]);
 }
 
 fn flag(value: bool) -> f64 {

@@ -1,0 +1,303 @@
+//! Why each GPU waits. Pure: observations in, verdicts out; no IO, no clock reads, no metric
+//! names. The sampler keeps an [`Analyzer`] (the window and the hysteresis state) and feeds it
+//! each snapshot with the tick's monotonic time.
+
+pub mod observation;
+pub mod rules;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use self::observation::{observe, GpuObservation};
+use self::rules::{score_all, window_figures, WindowFigures};
+use crate::config::Analysis as Thresholds;
+use crate::snapshot::Snapshot;
+
+/// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Storage cannot feed the input pipeline.
+    DataIo,
+    /// CPU preprocessing is too slow.
+    DataCpu,
+    /// The main training thread is the bottleneck.
+    HostBound,
+    /// CPU-GPU synchronisation serialises the pipeline.
+    SyncStall,
+    /// Busy-looking GPU with mostly empty SMs.
+    KernelEfficiency,
+    /// Device memory near full.
+    MemoryPressure,
+    /// Waiting on the other GPUs of the job or on links.
+    Communication,
+    /// Someone else takes the resources.
+    Contention,
+    /// Clocks held down.
+    Throttling,
+    /// The device is failing.
+    Hardware,
+}
+
+impl Kind {
+    /// Every kind, in report order.
+    pub const ALL: [Kind; 10] = [
+        Kind::DataIo,
+        Kind::DataCpu,
+        Kind::HostBound,
+        Kind::SyncStall,
+        Kind::KernelEfficiency,
+        Kind::MemoryPressure,
+        Kind::Communication,
+        Kind::Contention,
+        Kind::Throttling,
+        Kind::Hardware,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::DataIo => "data_io",
+            Kind::DataCpu => "data_cpu",
+            Kind::HostBound => "host_bound",
+            Kind::SyncStall => "sync_stall",
+            Kind::KernelEfficiency => "kernel_efficiency",
+            Kind::MemoryPressure => "memory_pressure",
+            Kind::Communication => "communication",
+            Kind::Contention => "contention",
+            Kind::Throttling => "throttling",
+            Kind::Hardware => "hardware",
+        }
+    }
+}
+
+/// One input of a rule: its window value, the threshold and how strongly it counted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evidence {
+    /// Input name.
+    pub name: &'static str,
+    /// Window value.
+    pub value: f64,
+    /// Threshold it is compared with.
+    pub threshold: f64,
+    /// Strength in 0..1 (0.5 at the threshold).
+    pub strength: f64,
+}
+
+/// A kind's score over the current window, before hysteresis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindScore {
+    /// The kind.
+    pub kind: Kind,
+    /// 0..1, or `None` when an input the rule needs is missing (unknown, never guessed).
+    pub score: Option<f64>,
+    /// The inputs that decided it.
+    pub evidence: Vec<Evidence>,
+}
+
+/// What the analysis says about one kind on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindVerdict {
+    /// The score and its evidence.
+    pub scored: KindScore,
+    /// Active after hysteresis.
+    pub active: bool,
+}
+
+/// The primary verdict of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primary {
+    /// No process on the GPU.
+    Idle,
+    /// Compute-bound, nothing to fix on the node.
+    Busy,
+    /// The highest-scoring active bottleneck.
+    Bottleneck(Kind),
+    /// Neither: waiting without a recognised cause, or too little data yet.
+    Undetermined,
+}
+
+impl Primary {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primary::Idle => "idle",
+            Primary::Busy => "busy",
+            Primary::Bottleneck(kind) => kind.name(),
+            Primary::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// All verdicts of one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuVerdict {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Every kind, in `Kind::ALL` order.
+    pub kinds: Vec<KindVerdict>,
+    /// The primary verdict.
+    pub primary: Primary,
+    /// The window averages behind the verdicts.
+    pub figures: WindowFigures,
+}
+
+/// Hysteresis state of one kind on one GPU.
+#[derive(Debug, Clone, Copy, Default)]
+struct Latch {
+    active: bool,
+    /// Since when the score has been past the threshold that would flip `active`.
+    pending_since: Option<f64>,
+}
+
+impl Latch {
+    /// Moves the latch with a new score at time `at`.
+    fn update(&mut self, score: Option<f64>, at: f64, t: &Thresholds) -> bool {
+        let flips = match (self.active, score) {
+            (false, Some(s)) => s >= t.enter_score,
+            (true, Some(s)) => s < t.leave_score,
+            // Unknown input: hold the current state.
+            (_, None) => false,
+        };
+        if !flips {
+            self.pending_since = None;
+            return self.active;
+        }
+        let since = *self.pending_since.get_or_insert(at);
+        if at - since >= t.min_duration.0.as_secs_f64() {
+            self.active = !self.active;
+            self.pending_since = None;
+        }
+        self.active
+    }
+}
+
+/// The window of observations and the latches, owned by the sampler.
+#[derive(Debug, Default)]
+pub struct Analyzer {
+    thresholds: Thresholds,
+    /// Ticks in the window: (time, observations), oldest first.
+    window: VecDeque<(f64, Vec<GpuObservation>)>,
+    latches: BTreeMap<(String, Kind), Latch>,
+}
+
+impl Analyzer {
+    /// An analyzer with the given thresholds.
+    pub fn new(thresholds: Thresholds) -> Self {
+        Analyzer {
+            thresholds,
+            ..Analyzer::default()
+        }
+    }
+
+    /// Adds the snapshot taken at `at` seconds and returns every GPU's verdicts.
+    pub fn update(&mut self, snapshot: &Snapshot, at: f64) -> Vec<GpuVerdict> {
+        self.push(observe(snapshot, at), at)
+    }
+
+    /// Adds one tick of observations (the pure core, driven directly by scenario tests).
+    pub fn push(&mut self, observations: Vec<GpuObservation>, at: f64) -> Vec<GpuVerdict> {
+        let horizon = at - self.thresholds.window.0.as_secs_f64();
+        while self
+            .window
+            .front()
+            .is_some_and(|(tick, _)| *tick <= horizon)
+        {
+            self.window.pop_front();
+        }
+        self.window.push_back((at, observations.clone()));
+        let current = observations;
+        let mut figures: Vec<(GpuObservation, WindowFigures, Option<String>)> = current
+            .into_iter()
+            .map(|now| {
+                let history: Vec<&GpuObservation> = self
+                    .window
+                    .iter()
+                    .flat_map(|(_, tick)| tick)
+                    .filter(|o| o.uuid == now.uuid)
+                    .collect();
+                let job = now.job.clone();
+                (now, window_figures(&history), job)
+            })
+            .collect();
+        // Multi-GPU jobs: each GPU's gap to the busiest GPU of its job.
+        let mut busiest: BTreeMap<String, f64> = BTreeMap::new();
+        let mut members: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, w, job) in &figures {
+            if let (Some(job), Some(busy)) = (job, w.busy) {
+                let entry = busiest.entry(job.clone()).or_insert(busy);
+                *entry = entry.max(busy);
+                *members.entry(job.clone()).or_default() += 1;
+            }
+        }
+        for (_, w, job) in &mut figures {
+            if let (Some(job), Some(busy)) = (job.as_ref(), w.busy) {
+                if members[job] > 1 {
+                    w.job_gap = Some(busiest[job] - busy);
+                }
+            }
+        }
+        let thresholds = self.thresholds.clone();
+        let verdicts: Vec<GpuVerdict> = figures
+            .into_iter()
+            .map(|(now, w, _)| self.decide(&now, w, at, &thresholds))
+            .collect();
+        let live: Vec<&String> = verdicts.iter().map(|v| &v.uuid).collect();
+        self.latches.retain(|(uuid, _), _| live.contains(&uuid));
+        verdicts
+    }
+
+    fn decide(
+        &mut self,
+        now: &GpuObservation,
+        figures: WindowFigures,
+        at: f64,
+        t: &Thresholds,
+    ) -> GpuVerdict {
+        let idle = figures.up && figures.processes == Some(0.0);
+        let kinds: Vec<KindVerdict> = score_all(&figures, t)
+            .into_iter()
+            .map(|mut scored| {
+                // An idle GPU waits for nobody: only its health can be a problem.
+                if idle
+                    && !matches!(
+                        scored.kind,
+                        Kind::Hardware | Kind::Throttling | Kind::MemoryPressure
+                    )
+                {
+                    scored.score = Some(0.0);
+                }
+                let latch = self
+                    .latches
+                    .entry((now.uuid.clone(), scored.kind))
+                    .or_default();
+                let active = latch.update(scored.score, at, t);
+                KindVerdict { scored, active }
+            })
+            .collect();
+        let strongest = kinds
+            .iter()
+            .filter(|k| k.active)
+            .max_by(|a, b| {
+                a.scored
+                    .score
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.scored.score.unwrap_or(0.0))
+                    .then(b.scored.kind.cmp(&a.scored.kind))
+            })
+            .map(|k| k.scored.kind);
+        let primary = match strongest {
+            Some(kind) => Primary::Bottleneck(kind),
+            None if idle => Primary::Idle,
+            None if figures.busy.is_some_and(|b| b >= t.gpu_busy_above) => Primary::Busy,
+            None => Primary::Undetermined,
+        };
+        GpuVerdict {
+            index: now.index,
+            uuid: now.uuid.clone(),
+            kinds,
+            primary,
+            figures,
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! One small function per bottleneck kind: window averages in, a score and its evidence out.
+//!
+//! Every condition is scored the same way: 0.5 exactly at its threshold, rising to 1.0 at
+//! twice the distance from "nothing" and falling to 0.3 at 60 % of the way, so one
+//! enter/leave pair of scores gives every rule the same hysteresis. A condition whose input
+//! is missing makes its rule unknown (`None`), never 0.
+
+use super::observation::{mean, share, GpuObservation};
+use super::{Evidence, Kind, KindScore};
+use crate::config::Analysis as Thresholds;
+
+/// How strongly `value` exceeds `threshold` ("high is bad").
+pub fn high(value: f64, threshold: f64) -> f64 {
+    if threshold <= 0.0 {
+        return if value > 0.0 { 1.0 } else { 0.0 };
+    }
+    (0.5 * value / threshold).clamp(0.0, 1.0)
+}
+
+/// How strongly a ratio in 0..1 falls below `threshold` ("low is bad").
+pub fn low(value: f64, threshold: f64) -> f64 {
+    if threshold >= 1.0 {
+        return 1.0;
+    }
+    (0.5 * (1.0 - value) / (1.0 - threshold)).clamp(0.0, 1.0)
+}
+
+/// The window of one GPU, averaged: what the rules read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowFigures {
+    /// Whether the GPU answered on every tick of the window.
+    pub up: bool,
+    pub busy: Option<f64>,
+    pub idle_share: Option<f64>,
+    pub sm_activity: Option<f64>,
+    pub memory_used_ratio: Option<f64>,
+    pub throttled_share: Option<f64>,
+    pub thermal_margin: Option<f64>,
+    /// Increase of XID and uncorrected ECC errors over the window.
+    pub new_hardware_errors: Option<u64>,
+    pub remap_trouble: bool,
+    pub pcie_degraded: Option<bool>,
+    pub processes: Option<f64>,
+    pub busiest_thread: Option<f64>,
+    pub workers: Option<f64>,
+    pub workers_max_cpu: Option<f64>,
+    pub workers_disk_wait: Option<f64>,
+    pub workers_blkio: Option<f64>,
+    pub cgroup_throttled: Option<f64>,
+    pub numa_mismatch_share: Option<f64>,
+    pub disk_util: Option<f64>,
+    pub iowait: Option<f64>,
+    pub psi_io: Option<f64>,
+    pub host_cpu: Option<f64>,
+    pub other_cpu: Option<f64>,
+    pub steal: Option<f64>,
+    /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
+    pub job_gap: Option<f64>,
+}
+
+/// Averages one GPU's observations (oldest first) over the window.
+pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
+    let m = |f: fn(&GpuObservation) -> Option<f64>| mean(window.iter().map(|o| f(o)));
+    let counts =
+        |f: fn(&GpuObservation) -> Option<u32>| mean(window.iter().map(|o| f(o).map(f64::from)));
+    let errors: Vec<u64> = window.iter().filter_map(|o| o.hardware_errors).collect();
+    WindowFigures {
+        up: window.iter().all(|o| o.up),
+        busy: m(|o| o.busy),
+        idle_share: m(|o| o.idle_share),
+        sm_activity: m(|o| o.sm_activity),
+        memory_used_ratio: m(|o| o.memory_used_ratio),
+        throttled_share: share(window.iter().map(|o| o.throttled)),
+        thermal_margin: m(|o| o.thermal_margin),
+        new_hardware_errors: errors
+            .first()
+            .zip(errors.last())
+            .map(|(a, b)| b.saturating_sub(*a)),
+        remap_trouble: window.last().is_some_and(|o| o.remap_trouble),
+        pcie_degraded: window.last().and_then(|o| o.pcie_degraded),
+        processes: counts(|o| o.processes),
+        busiest_thread: m(|o| o.busiest_thread),
+        workers: counts(|o| o.workers),
+        workers_max_cpu: m(|o| o.workers_max_cpu),
+        workers_disk_wait: counts(|o| o.workers_disk_wait),
+        workers_blkio: m(|o| o.workers_blkio),
+        cgroup_throttled: m(|o| o.cgroup_throttled),
+        numa_mismatch_share: share(window.iter().map(|o| o.numa_mismatch)),
+        disk_util: m(|o| o.disk_util),
+        iowait: m(|o| o.iowait),
+        psi_io: m(|o| o.psi_io),
+        host_cpu: m(|o| o.host_cpu),
+        other_cpu: m(|o| o.other_cpu),
+        steal: m(|o| o.steal),
+        job_gap: None,
+    }
+}
+
+/// Builds a score from conditions: all of `required` must hold (minimum), each of them
+/// unknown makes the kind unknown.
+struct Rule {
+    evidence: Vec<Evidence>,
+    unknown: bool,
+}
+
+impl Rule {
+    fn new() -> Self {
+        Rule {
+            evidence: Vec::new(),
+            unknown: false,
+        }
+    }
+
+    /// Records a condition and returns its strength (0 when the input is missing).
+    fn condition(
+        &mut self,
+        name: &'static str,
+        value: Option<f64>,
+        threshold: f64,
+        strength: fn(f64, f64) -> f64,
+    ) -> f64 {
+        match value {
+            Some(v) => {
+                let s = strength(v, threshold);
+                self.evidence.push(Evidence {
+                    name,
+                    value: v,
+                    threshold,
+                    strength: s,
+                });
+                s
+            }
+            None => {
+                self.unknown = true;
+                0.0
+            }
+        }
+    }
+
+    /// Like `condition`, but a missing input only weakens an alternative, it does not make
+    /// the kind unknown (one of several signals of the same cause).
+    fn alternative(
+        &mut self,
+        name: &'static str,
+        value: Option<f64>,
+        threshold: f64,
+    ) -> Option<f64> {
+        let v = value?;
+        let s = high(v, threshold);
+        self.evidence.push(Evidence {
+            name,
+            value: v,
+            threshold,
+            strength: s,
+        });
+        Some(s)
+    }
+
+    fn done(self, kind: Kind, score: f64) -> KindScore {
+        KindScore {
+            kind,
+            score: if self.unknown { None } else { Some(score) },
+            evidence: self.evidence,
+        }
+    }
+
+    /// At least one alternative had an input; otherwise the kind is unknown.
+    fn any(self, kind: Kind, gate: f64, alternatives: &[Option<f64>]) -> KindScore {
+        let known: Vec<f64> = alternatives.iter().flatten().copied().collect();
+        let unknown = self.unknown || known.is_empty();
+        let best = known.into_iter().fold(0.0, f64::max);
+        KindScore {
+            kind,
+            score: if unknown { None } else { Some(gate.min(best)) },
+            evidence: self.evidence,
+        }
+    }
+}
+
+/// The starvation condition every pipeline kind shares: the GPU waits.
+fn starved(rule: &mut Rule, w: &WindowFigures, t: &Thresholds) -> f64 {
+    rule.condition("gpu_busy", w.busy, t.gpu_starved_below, low)
+}
+
+/// Storage cannot feed the input pipeline.
+pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gate = starved(&mut rule, w, t);
+    let alternatives = [
+        rule.alternative("disk_util", w.disk_util, t.disk_util_high),
+        rule.alternative("iowait", w.iowait, t.iowait_high),
+        rule.alternative("psi_io", w.psi_io, t.psi_io_high),
+        rule.alternative("workers_blkio", w.workers_blkio, t.workers_blkio_high),
+        // A worker in D state on average, against one worker: a plain count.
+        rule.alternative("workers_in_io_wait", w.workers_disk_wait, 1.0),
+    ];
+    rule.any(Kind::DataIo, gate, &alternatives)
+}
+
+/// Preprocessing on the CPU is too slow.
+pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gate = starved(&mut rule, w, t);
+    let alternatives = [
+        rule.alternative("workers_max_cpu", w.workers_max_cpu, t.worker_cpu_high),
+        rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high),
+    ];
+    rule.any(Kind::DataCpu, gate, &alternatives)
+}
+
+/// The main training thread is the bottleneck.
+pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gate = starved(&mut rule, w, t);
+    let thread = rule.condition("busiest_thread", w.busiest_thread, t.main_thread_high, high);
+    rule.done(Kind::HostBound, gate.min(thread))
+}
+
+/// CPU and GPU wait on each other: GPU bursty while nothing on the host is busy.
+pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gate = starved(&mut rule, w, t);
+    let bursty = rule.condition("idle_share", w.idle_share, t.bursty_idle_share, high);
+    let quiet = [
+        rule.condition("disk_util", w.disk_util, t.quiet_below, low),
+        rule.condition("busiest_thread", w.busiest_thread, t.quiet_below, low),
+        rule.condition("workers_max_cpu", w.workers_max_cpu, t.quiet_below, low),
+        rule.condition("host_cpu", w.host_cpu, t.quiet_below, low),
+    ];
+    let score = quiet.iter().fold(gate.min(bursty), |s, q| s.min(*q));
+    rule.done(Kind::SyncStall, score)
+}
+
+/// "Utilization" high while the SMs are mostly empty.
+pub fn kernel_efficiency(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let util = rule.condition("gpu_busy", w.busy, t.kernel_util_high, high);
+    let sm = rule.condition("sm_activity", w.sm_activity, t.sm_activity_low, low);
+    rule.done(Kind::KernelEfficiency, util.min(sm))
+}
+
+/// Device memory near full.
+pub fn memory_pressure(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let used = rule.condition("memory_used", w.memory_used_ratio, t.memory_used_high, high);
+    rule.done(Kind::MemoryPressure, used)
+}
+
+/// Waiting on the other GPUs of the job, or on a degraded link.
+pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gap = match w.job_gap {
+        Some(gap) => rule
+            .alternative("job_busy_gap", Some(gap), t.job_imbalance)
+            .unwrap_or(0.0),
+        None => 0.0,
+    };
+    let degraded_while_busy = match (w.pcie_degraded, w.busy) {
+        // A link trained below its maximum while the GPU works (idle links drop on purpose).
+        (Some(true), Some(busy)) if busy > 0.5 => {
+            rule.evidence.push(Evidence {
+                name: "pcie_degraded",
+                value: 1.0,
+                threshold: 1.0,
+                strength: 0.5,
+            });
+            0.5
+        }
+        _ => 0.0,
+    };
+    rule.done(Kind::Communication, gap.max(degraded_while_busy))
+}
+
+/// Something else takes the resources.
+pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gate = starved(&mut rule, w, t);
+    // Two processes on one GPU score 0.5, three 0.75, four or more 1.
+    let sharing = w
+        .processes
+        .map(|n| if n >= 2.0 { (0.25 * n).min(1.0) } else { 0.0 });
+    if let (Some(n), Some(s)) = (w.processes, sharing) {
+        rule.evidence.push(Evidence {
+            name: "processes_on_gpu",
+            value: n,
+            threshold: 2.0,
+            strength: s,
+        });
+    }
+    let host_side = [
+        rule.alternative(
+            "cgroup_throttled",
+            w.cgroup_throttled,
+            t.cgroup_throttled_high,
+        ),
+        rule.alternative("other_cpu", w.other_cpu, t.other_cpu_high),
+        rule.alternative("steal", w.steal, t.steal_high),
+        rule.alternative("numa_mismatch", w.numa_mismatch_share, 1.0),
+    ];
+    // Another process on the same GPU competes whether or not it waits; host-side
+    // competition only matters while the GPU waits.
+    let host = host_side
+        .iter()
+        .flatten()
+        .fold(0.0, |a: f64, b| a.max(*b))
+        .min(gate);
+    let known = sharing.is_some() || host_side.iter().any(Option::is_some);
+    let unknown = rule.unknown || !known;
+    KindScore {
+        kind: Kind::Contention,
+        score: (!unknown).then(|| sharing.unwrap_or(0.0).max(host)),
+        evidence: rule.evidence,
+    }
+}
+
+/// Clocks held down.
+pub fn throttling(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let reasons = rule.alternative("throttled_share", w.throttled_share, t.throttled_share_high);
+    let heat = w.thermal_margin.map(|margin| {
+        // Closer than the margin to the slowdown temperature scores past 0.5.
+        let s = if margin <= 0.0 {
+            1.0
+        } else {
+            (0.5 * t.thermal_margin_celsius / margin).clamp(0.0, 1.0)
+        };
+        rule.evidence.push(Evidence {
+            name: "thermal_margin_celsius",
+            value: margin,
+            threshold: t.thermal_margin_celsius,
+            strength: s,
+        });
+        s
+    });
+    rule.any(Kind::Throttling, 1.0, &[reasons, heat])
+}
+
+/// The device itself is failing.
+pub fn hardware(w: &WindowFigures) -> KindScore {
+    let mut rule = Rule::new();
+    let lost = if w.up { 0.0 } else { 1.0 };
+    rule.evidence.push(Evidence {
+        name: "gpu_not_answering",
+        value: lost,
+        threshold: 1.0,
+        strength: lost,
+    });
+    let errors = w
+        .new_hardware_errors
+        .map_or(0.0, |n| if n > 0 { 1.0 } else { 0.0 });
+    if let Some(n) = w.new_hardware_errors {
+        rule.evidence.push(Evidence {
+            name: "new_xid_or_uncorrected_ecc",
+            value: n as f64,
+            threshold: 1.0,
+            strength: errors,
+        });
+    }
+    let remap = if w.remap_trouble { 1.0 } else { 0.0 };
+    rule.evidence.push(Evidence {
+        name: "row_remap_pending_or_failed",
+        value: remap,
+        threshold: 1.0,
+        strength: remap,
+    });
+    rule.done(Kind::Hardware, lost.max(errors).max(remap))
+}
+
+/// Every kind's score for one GPU's window.
+pub fn score_all(w: &WindowFigures, t: &Thresholds) -> Vec<KindScore> {
+    vec![
+        data_io(w, t),
+        data_cpu(w, t),
+        host_bound(w, t),
+        sync_stall(w, t),
+        kernel_efficiency(w, t),
+        memory_pressure(w, t),
+        communication(w, t),
+        contention(w, t),
+        throttling(w, t),
+        hardware(w),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strengths_are_half_at_the_threshold_and_point_three_at_sixty_percent() {
+        assert_eq!(high(0.8, 0.8), 0.5);
+        assert_eq!(high(1.6, 0.8), 1.0);
+        assert!((high(0.48, 0.8) - 0.3).abs() < 1e-12);
+        assert_eq!(low(0.7, 0.7), 0.5);
+        assert_eq!(low(0.0, 0.7), 1.0);
+        assert!((low(0.82, 0.7) - 0.3).abs() < 1e-12);
+    }
+}

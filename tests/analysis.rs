@@ -1,0 +1,406 @@
+//! Scenario tables for the analysis: a timeline of observations per GPU in, verdicts out.
+//! Every kind has a timeline that must fire and a near miss that must not; plus mixtures,
+//! flapping input that must not flap the verdict, and missing inputs reported as unknown.
+
+mod common;
+
+use common::exposition::value;
+use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
+use gpu_bottleneck_exporter::config::Analysis;
+use gpu_bottleneck_exporter::snapshot::Snapshot;
+
+/// A healthy GPU running one training process flat out, every input known.
+fn healthy(uuid: &str) -> GpuObservation {
+    GpuObservation {
+        uuid: uuid.into(),
+        up: true,
+        busy: Some(0.97),
+        idle_share: Some(0.0),
+        sm_activity: Some(0.85),
+        memory_used_ratio: Some(0.6),
+        throttled: Some(false),
+        thermal_margin: Some(20.0),
+        hardware_errors: Some(0),
+        pcie_degraded: Some(false),
+        processes: Some(1),
+        busiest_thread: Some(0.6),
+        workers: Some(8),
+        workers_max_cpu: Some(0.4),
+        workers_disk_wait: Some(0),
+        workers_blkio: Some(0.0),
+        cgroup_throttled: Some(0.0),
+        numa_mismatch: Some(false),
+        disk_util: Some(0.2),
+        iowait: Some(0.01),
+        psi_io: Some(0.01),
+        host_cpu: Some(0.4),
+        other_cpu: Some(0.05),
+        steal: Some(0.0),
+        ..GpuObservation::default()
+    }
+}
+
+/// Runs `seconds` one-second ticks of one GPU whose observation at second `s` is `at(s)`,
+/// with default thresholds; returns the last verdict.
+fn run(seconds: u32, at: impl Fn(u32) -> GpuObservation) -> GpuVerdict {
+    run_many(seconds, |s| vec![at(s)]).remove(0)
+}
+
+fn run_many(seconds: u32, at: impl Fn(u32) -> Vec<GpuObservation>) -> Vec<GpuVerdict> {
+    let mut analyzer = Analyzer::new(Analysis::default());
+    let mut last = Vec::new();
+    for s in 0..seconds {
+        let tick: Vec<GpuObservation> = at(s)
+            .into_iter()
+            .map(|o| GpuObservation {
+                at: f64::from(s),
+                ..o
+            })
+            .collect();
+        last = analyzer.push(tick, f64::from(s));
+    }
+    last
+}
+
+fn active(verdict: &GpuVerdict) -> Vec<Kind> {
+    verdict
+        .kinds
+        .iter()
+        .filter(|k| k.active)
+        .map(|k| k.scored.kind)
+        .collect()
+}
+
+fn score(verdict: &GpuVerdict, kind: Kind) -> Option<f64> {
+    verdict
+        .kinds
+        .iter()
+        .find(|k| k.scored.kind == kind)
+        .unwrap()
+        .scored
+        .score
+}
+
+/// Asserts the timeline fires exactly `kind` as primary.
+#[track_caller]
+fn fires(kind: Kind, modify: impl Fn(&mut GpuObservation)) {
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        modify(&mut o);
+        o
+    });
+    assert_eq!(
+        verdict.primary,
+        Primary::Bottleneck(kind),
+        "active: {:?}, scores: {:?}",
+        active(&verdict),
+        verdict
+            .kinds
+            .iter()
+            .map(|k| (k.scored.kind, k.scored.score))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Asserts the timeline does not fire `kind`.
+#[track_caller]
+fn does_not_fire(kind: Kind, modify: impl Fn(&mut GpuObservation)) {
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        modify(&mut o);
+        o
+    });
+    assert!(
+        !active(&verdict).contains(&kind),
+        "{kind:?} fired: score {:?}",
+        score(&verdict, kind)
+    );
+}
+
+#[test]
+fn a_healthy_saturated_gpu_is_busy() {
+    let verdict = run(40, |_| healthy("GPU-a"));
+    assert_eq!(verdict.primary, Primary::Busy);
+    assert!(active(&verdict).is_empty());
+}
+
+#[test]
+fn a_gpu_without_processes_is_idle_and_nothing_else() {
+    let verdict = run(40, |_| GpuObservation {
+        processes: Some(0),
+        busy: Some(0.0),
+        idle_share: Some(1.0),
+        host_cpu: Some(0.95),
+        ..healthy("GPU-a")
+    });
+    assert_eq!(verdict.primary, Primary::Idle);
+    assert!(active(&verdict).is_empty());
+}
+
+#[test]
+fn data_io() {
+    let starving = |o: &mut GpuObservation| {
+        o.busy = Some(0.35);
+        o.idle_share = Some(0.6);
+    };
+    fires(Kind::DataIo, |o| {
+        starving(o);
+        o.disk_util = Some(0.97);
+        o.workers_disk_wait = Some(5);
+    });
+    fires(Kind::DataIo, |o| {
+        starving(o);
+        o.psi_io = Some(0.45);
+    });
+    // Near miss: the disk is saturated but the GPU is busy: not a data bottleneck.
+    does_not_fire(Kind::DataIo, |o| {
+        o.disk_util = Some(0.95);
+        o.psi_io = Some(0.4);
+    });
+    // Near miss: the GPU waits but storage is calm.
+    does_not_fire(Kind::DataIo, starving);
+}
+
+#[test]
+fn data_cpu() {
+    fires(Kind::DataCpu, |o| {
+        o.busy = Some(0.4);
+        o.workers_max_cpu = Some(1.0);
+        o.host_cpu = Some(0.97);
+    });
+    does_not_fire(Kind::DataCpu, |o| {
+        o.workers_max_cpu = Some(1.0);
+        o.host_cpu = Some(0.97);
+    });
+}
+
+#[test]
+fn host_bound() {
+    fires(Kind::HostBound, |o| {
+        o.busy = Some(0.45);
+        o.busiest_thread = Some(0.99);
+    });
+    // Near miss: a busy main thread in front of a busy GPU is normal.
+    does_not_fire(Kind::HostBound, |o| o.busiest_thread = Some(0.99));
+}
+
+#[test]
+fn sync_stall() {
+    fires(Kind::SyncStall, |o| {
+        o.busy = Some(0.3);
+        o.idle_share = Some(0.6);
+        o.busiest_thread = Some(0.2);
+        o.workers_max_cpu = Some(0.1);
+        o.host_cpu = Some(0.1);
+        o.disk_util = Some(0.05);
+    });
+    // Near miss: bursty and starved but the workers are busy: that is data_cpu's case.
+    does_not_fire(Kind::SyncStall, |o| {
+        o.busy = Some(0.3);
+        o.idle_share = Some(0.6);
+        o.workers_max_cpu = Some(0.95);
+    });
+}
+
+#[test]
+fn kernel_efficiency() {
+    fires(Kind::KernelEfficiency, |o| {
+        o.busy = Some(0.95);
+        o.sm_activity = Some(0.15);
+    });
+    does_not_fire(Kind::KernelEfficiency, |o| o.sm_activity = Some(0.7));
+}
+
+#[test]
+fn memory_pressure() {
+    fires(Kind::MemoryPressure, |o| o.memory_used_ratio = Some(0.985));
+    does_not_fire(Kind::MemoryPressure, |o| o.memory_used_ratio = Some(0.8));
+}
+
+#[test]
+fn communication_from_imbalance_within_a_job() {
+    let verdicts = run_many(40, |_| {
+        let mut fast = healthy("GPU-fast");
+        let mut slow = healthy("GPU-slow");
+        let mut other = healthy("GPU-other-job");
+        fast.job = Some("pod:a".into());
+        slow.job = Some("pod:a".into());
+        slow.busy = Some(0.45);
+        other.busy = Some(0.4);
+        other.job = Some("pod:b".into());
+        vec![fast, slow, other]
+    });
+    assert_eq!(
+        verdicts[1].primary,
+        Primary::Bottleneck(Kind::Communication),
+        "{:?}",
+        active(&verdicts[1])
+    );
+    assert!(!active(&verdicts[0]).contains(&Kind::Communication));
+    // Near miss: a slow GPU alone in its job is not waiting for peers.
+    assert!(!active(&verdicts[2]).contains(&Kind::Communication));
+}
+
+#[test]
+fn contention() {
+    fires(Kind::Contention, |o| o.processes = Some(3));
+    fires(Kind::Contention, |o| {
+        o.busy = Some(0.5);
+        o.cgroup_throttled = Some(0.4);
+    });
+    // Near miss: quota throttling while the GPU is saturated does not hurt it.
+    does_not_fire(Kind::Contention, |o| o.cgroup_throttled = Some(0.4));
+}
+
+#[test]
+fn throttling_and_mixture_with_data_io() {
+    fires(Kind::Throttling, |o| o.throttled = Some(true));
+    does_not_fire(Kind::Throttling, |o| o.thermal_margin = Some(12.0));
+    let verdict = run(40, |_| GpuObservation {
+        busy: Some(0.3),
+        idle_share: Some(0.6),
+        disk_util: Some(0.99),
+        throttled: Some(true),
+        ..healthy("GPU-a")
+    });
+    let kinds = active(&verdict);
+    assert!(
+        kinds.contains(&Kind::DataIo) && kinds.contains(&Kind::Throttling),
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn hardware() {
+    fires(Kind::Hardware, |o| o.up = false);
+    let verdict = run(40, |s| GpuObservation {
+        hardware_errors: Some(if s > 20 { 1 } else { 0 }),
+        ..healthy("GPU-a")
+    });
+    assert!(active(&verdict).contains(&Kind::Hardware));
+    does_not_fire(Kind::Hardware, |o| o.hardware_errors = Some(7)); // old errors, none new
+}
+
+#[test]
+fn flapping_input_does_not_flap_the_verdict() {
+    // The disk alternates between saturated and 70 % every two seconds while the GPU starves:
+    // a single-threshold rule would flip every two seconds (0.7 scores 0.44, under the 0.5
+    // enter score); averaged over the window the verdict enters once and holds.
+    let mut analyzer = Analyzer::new(Analysis::default());
+    let mut states = Vec::new();
+    for s in 0..90u32 {
+        let disk = if (s / 2) % 2 == 0 { 1.0 } else { 0.7 };
+        let o = GpuObservation {
+            at: f64::from(s),
+            busy: Some(0.3),
+            idle_share: Some(0.6),
+            disk_util: Some(disk),
+            ..healthy("GPU-a")
+        };
+        let verdict = analyzer.push(vec![o], f64::from(s)).remove(0);
+        states.push(active(&verdict).contains(&Kind::DataIo));
+    }
+    let changes = states.windows(2).filter(|w| w[0] != w[1]).count();
+    assert_eq!(changes, 1, "entered once and stayed: {states:?}");
+    assert!(!states[5], "not before the minimum duration");
+}
+
+#[test]
+fn a_short_spike_does_not_fire() {
+    let verdict = run(40, |s| GpuObservation {
+        memory_used_ratio: Some(if (30..35).contains(&s) { 0.99 } else { 0.5 }),
+        ..healthy("GPU-a")
+    });
+    assert!(!active(&verdict).contains(&Kind::MemoryPressure));
+}
+
+#[test]
+fn missing_inputs_are_unknown_not_zero() {
+    // No GPM: kernel efficiency cannot be judged. No process context: host-bound unknown.
+    let verdict = run(40, |_| GpuObservation {
+        sm_activity: None,
+        busiest_thread: None,
+        ..healthy("GPU-a")
+    });
+    assert_eq!(score(&verdict, Kind::KernelEfficiency), None);
+    assert_eq!(score(&verdict, Kind::HostBound), None);
+    assert_eq!(score(&verdict, Kind::SyncStall), None);
+    assert!(score(&verdict, Kind::MemoryPressure).is_some());
+    // data_io needs at least one storage signal.
+    let verdict = run(40, |_| GpuObservation {
+        disk_util: None,
+        iowait: None,
+        psi_io: None,
+        workers_blkio: None,
+        workers_disk_wait: None,
+        ..healthy("GPU-a")
+    });
+    assert_eq!(score(&verdict, Kind::DataIo), None);
+}
+
+#[test]
+fn verdict_series_are_always_present_and_match_the_golden_file() {
+    let verdicts = run_many(40, |_| {
+        vec![
+            GpuObservation {
+                index: 0,
+                busy: Some(0.3),
+                idle_share: Some(0.6),
+                disk_util: Some(0.98),
+                ..healthy("GPU-starving")
+            },
+            GpuObservation {
+                index: 1,
+                ..healthy("GPU-busy")
+            },
+            GpuObservation {
+                index: 2,
+                processes: Some(0),
+                busy: Some(0.0),
+                ..healthy("GPU-idle")
+            },
+            GpuObservation {
+                index: 3,
+                sm_activity: None,
+                busiest_thread: None,
+                ..healthy("GPU-no-gpm")
+            },
+        ]
+    });
+    let snapshot = Snapshot {
+        verdicts,
+        ..Snapshot::default()
+    };
+    let f = common::check_goldens("verdicts", &common::render_pinned(&snapshot));
+    let primary =
+        |gpu: &str, verdict: &str| value(&f, "gpu_verdict", &[("gpu", gpu), ("verdict", verdict)]);
+    assert_eq!(primary("0", "data_io"), Some(1.0));
+    assert_eq!(primary("0", "busy"), Some(0.0));
+    assert_eq!(primary("1", "busy"), Some(1.0));
+    assert_eq!(primary("2", "idle"), Some(1.0));
+    let series = f
+        .iter()
+        .find(|family| family.name == "gpu_bottleneck")
+        .unwrap()
+        .samples
+        .len();
+    assert_eq!(series, 4 * Kind::ALL.len(), "every kind for every GPU");
+    let unknown = |kind: &str| {
+        value(
+            &f,
+            "gpu_bottleneck_unknown",
+            &[("gpu", "3"), ("kind", kind)],
+        )
+    };
+    assert_eq!(unknown("kernel_efficiency"), Some(1.0));
+    assert_eq!(unknown("memory_pressure"), Some(0.0));
+    assert_eq!(
+        value(
+            &f,
+            "gpu_bottleneck_score",
+            &[("gpu", "3"), ("kind", "kernel_efficiency")]
+        ),
+        None
+    );
+}

@@ -9,8 +9,9 @@ use crate::config::Config;
 use crate::sampler::{self, Sampler};
 use crate::server;
 
-/// Runs the exporter until SIGTERM or SIGINT. Errors are start-up failures (port in use).
-pub fn serve(config: Config) -> Result<(), String> {
+/// Runs the exporter until SIGTERM or SIGINT (on the simulated node when `demo`). Errors are
+/// start-up failures (port in use).
+pub fn serve(config: Config, demo: bool) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -23,7 +24,12 @@ pub fn serve(config: Config) -> Result<(), String> {
 
         let (publish, published) = watch::channel(None);
         let (stop, stopped) = mpsc::channel();
-        let sampler = Sampler::from_config(&config);
+        let sampler = if demo {
+            tracing::warn!("DEMO MODE: serving a simulated GPU node; nothing on /metrics is real");
+            Sampler::demo(&config)
+        } else {
+            Sampler::from_config(&config)
+        };
         let interval = config.sample_interval.0;
         let sampler_thread = thread::Builder::new()
             .name("sampler".into())

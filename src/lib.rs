@@ -6,7 +6,9 @@
 pub mod analysis;
 pub mod config;
 pub mod daemon;
+pub mod diagnose;
 pub mod exposition;
+pub mod report;
 pub mod sampler;
 pub mod server;
 pub mod snapshot;

@@ -4,10 +4,11 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use gpu_bottleneck_exporter::config::{Config, LogLevel, Overrides};
-use gpu_bottleneck_exporter::daemon;
+use gpu_bottleneck_exporter::config::{Config, ConfigDuration, LogLevel, Overrides};
+use gpu_bottleneck_exporter::{daemon, diagnose};
 
 /// Tells why a GPU waits: samples GPUs and the host around them and serves it on /metrics.
 #[derive(Parser)]
@@ -23,16 +24,17 @@ struct Cli {
 enum Command {
     /// Run the exporter (the default when no subcommand is given).
     Serve(ServeArgs),
+    /// Sample this node for a while and print why each GPU waits. Exit code 3 when a GPU has
+    /// a bottleneck, 0 when none does.
+    Diagnose(DiagnoseArgs),
 }
 
+/// Options both commands share.
 #[derive(Args, Clone)]
-struct ServeArgs {
+struct Common {
     /// YAML configuration file (see config.example.yaml); defaults apply without one.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address to listen on, overriding `listen_address`.
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<SocketAddr>,
     /// procfs mount point, overriding `paths.procfs`.
     #[arg(long = "path.procfs", value_name = "DIR")]
     procfs: Option<PathBuf>,
@@ -42,37 +44,90 @@ struct ServeArgs {
     /// Log verbosity, overriding `log_level`.
     #[arg(long, value_enum, value_name = "LEVEL")]
     log_level: Option<LogLevel>,
+    /// Use a built-in simulated node of twelve GPUs, one per kind of bottleneck, instead of
+    /// this machine (everything it reports is made up; for trying the exporter without a GPU).
+    #[arg(long)]
+    demo: bool,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => cli.serve,
-    };
+#[derive(Args, Clone)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Address to listen on, overriding `listen_address`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+}
+
+#[derive(Args, Clone)]
+struct DiagnoseArgs {
+    #[command(flatten)]
+    common: Common,
+    /// How long to sample (the analysis window), e.g. 30s or 2m.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Print the diagnosis as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    ConfigDuration::parse(text).map(|d| d.0)
+}
+
+fn load(common: &Common, listen: Option<SocketAddr>) -> Result<Config, ExitCode> {
     let overrides = Overrides {
-        listen_address: args.listen,
-        procfs: args.procfs,
-        sysfs: args.sysfs,
-        log_level: args.log_level,
+        listen_address: listen,
+        procfs: common.procfs.clone(),
+        sysfs: common.sysfs.clone(),
+        log_level: common.log_level,
     };
-    let config = match Config::load(args.config.as_deref(), &overrides) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::from(2);
-        }
-    };
+    let config = Config::load(common.config.as_deref(), &overrides).map_err(|error| {
+        eprintln!("{error}");
+        ExitCode::from(2)
+    })?;
     tracing_subscriber::fmt()
         .with_max_level(config.log_level.as_tracing())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    match daemon::serve(config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("{error}");
-            ExitCode::FAILURE
+    Ok(config)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve(cli.serve)) {
+        Command::Serve(args) => {
+            let config = match load(&args.common, args.listen) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            match daemon::serve(config, args.common.demo) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!("{error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Diagnose(args) => {
+            let config = match load(&args.common, None) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let options = diagnose::Options {
+                duration: args.duration,
+                json: args.json,
+                demo: args.common.demo,
+            };
+            match diagnose::run(config, &options) {
+                Ok(true) => ExitCode::from(diagnose::EXIT_BOTTLENECK),
+                Ok(false) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("{error}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

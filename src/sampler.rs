@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::analysis::Analyzer;
 use crate::config::Config;
 use crate::exposition::{self, Exposition};
+use crate::report;
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
 use crate::source::{Source, SourceError};
 
@@ -39,9 +40,18 @@ impl Sampler {
 
     /// The sampler a configuration describes: its sources and its analysis thresholds.
     pub fn from_config(config: &Config) -> Self {
+        Sampler::with_sources(crate::source::from_config(config), config)
+    }
+
+    /// The simulated node of `--demo`, analysed with the configuration's thresholds.
+    pub fn demo(config: &Config) -> Self {
+        Sampler::with_sources(vec![Box::new(crate::source::demo::DemoSource)], config)
+    }
+
+    fn with_sources(sources: Vec<Box<dyn Source>>, config: &Config) -> Self {
         Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
-            ..Sampler::new(crate::source::from_config(config))
+            ..Sampler::new(sources)
         }
     }
 
@@ -121,7 +131,10 @@ pub fn run(
         let tick_started = Instant::now();
         let snapshot = sampler.tick(tick_started - start);
         let tick_seconds = tick_started.elapsed().as_secs_f64();
-        let exposition = exposition::render(&snapshot, tick_seconds, tick_started);
+        let mut exposition = exposition::render(&snapshot, tick_seconds, tick_started);
+        exposition.diagnosis = report::diagnosis_json(&snapshot.verdicts, snapshot.simulated)
+            .to_string()
+            .into_bytes();
         publish.send_replace(Some(Arc::new(exposition)));
 
         let now = Instant::now();

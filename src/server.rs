@@ -22,6 +22,7 @@ pub fn router(published: watch::Receiver<Published>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/api/v1/diagnosis", get(diagnosis))
         .with_state(published)
 }
 
@@ -55,6 +56,14 @@ async fn metrics(
     (response_headers, body).into_response()
 }
 
+async fn diagnosis(State(published): State<watch::Receiver<Published>>) -> Response {
+    let Some(exposition) = published.borrow().clone() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
+    };
+    let json = HeaderValue::from_static("application/json");
+    ([(header::CONTENT_TYPE, json)], exposition.diagnosis.clone()).into_response()
+}
+
 async fn ready(State(published): State<watch::Receiver<Published>>) -> Response {
     if published.borrow().is_some() {
         (StatusCode::OK, "ready\n").into_response()
@@ -76,6 +85,7 @@ async fn landing() -> Html<&'static str> {
         "<li><a href=\"/metrics\">/metrics</a> &mdash; raw signals and self-metrics</li>",
         "<li><a href=\"/healthz\">/healthz</a> &mdash; process is alive</li>",
         "<li><a href=\"/readyz\">/readyz</a> &mdash; first sample published</li>",
+        "<li><a href=\"/api/v1/diagnosis\">/api/v1/diagnosis</a> &mdash; why each GPU waits (JSON)</li>",
         "</ul></body></html>\n"
     ))
 }

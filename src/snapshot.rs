@@ -30,6 +30,8 @@ pub struct Snapshot {
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.
     pub samples_total: u64,
+    /// The node is the built-in simulation (`--demo`), not real hardware.
+    pub simulated: bool,
 }
 
 /// Aggregate CPU time of the node, in seconds per mode since boot.

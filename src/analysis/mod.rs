@@ -2,6 +2,7 @@
 //! names. The sampler keeps an [`Analyzer`] (the window and the hysteresis state) and feeds it
 //! each snapshot with the tick's monotonic time.
 
+pub mod advice;
 pub mod observation;
 pub mod rules;
 

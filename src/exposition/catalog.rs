@@ -25,7 +25,7 @@ const JOULES: Option<&str> = Some("joules");
 const HERTZ: Option<&str> = Some("hertz");
 
 // Self-observability.
-metric!(BUILD, "gpu_exporter_build", Info, None, ["version", "commit"], "Build of the running exporter.");
+metric!(BUILD, "gpu_exporter_build", Info, None, ["version", "commit", "mode"], "Build of the running exporter; mode is \"node\" or \"demo\" (a simulated node: nothing it reports is real).");
 metric!(SOURCE_UP, "gpu_exporter_source_up", Gauge, None, ["source"], "1 if the source produced data on the last tick, 0 if it failed or is not supported on this host.");
 metric!(SOURCE_SUPPORTED, "gpu_exporter_source_supported", Gauge, None, ["source"], "0 if the host does not offer this source at all (e.g. no /proc/pressure), else 1.");
 metric!(SOURCE_DURATION, "gpu_exporter_source_duration_seconds", Gauge, SECONDS, ["source"], "Wall time the source took on the last tick.");

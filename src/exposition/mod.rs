@@ -107,6 +107,8 @@ pub struct Exposition {
     pub openmetrics: Vec<u8>,
     /// When the snapshot behind it was taken.
     pub sampled_at: Instant,
+    /// The diagnosis document of the same snapshot (JSON), for `/api/v1/diagnosis`.
+    pub diagnosis: Vec<u8>,
 }
 
 impl Exposition {
@@ -136,6 +138,7 @@ pub fn render(snapshot: &Snapshot, tick_seconds: f64, sampled_at: Instant) -> Ex
         text: encode(&families, Format::Text).into_bytes(),
         openmetrics: encode(&families, Format::OpenMetrics).into_bytes(),
         sampled_at,
+        diagnosis: Vec::new(),
     }
 }
 
@@ -170,7 +173,8 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
 
 fn self_families(snapshot: &Snapshot, tick_seconds: f64, out: &mut Vec<Family>) {
     let mut build = Family::new(&BUILD);
-    build.add(&[env!("CARGO_PKG_VERSION"), COMMIT], 1.0);
+    let mode = if snapshot.simulated { "demo" } else { "node" };
+    build.add(&[env!("CARGO_PKG_VERSION"), COMMIT, mode], 1.0);
     out.push(build);
     let mut up = Family::new(&SOURCE_UP);
     let mut supported = Family::new(&SOURCE_SUPPORTED);

@@ -3,6 +3,7 @@
 //! A source keeps the previous counters it read (to derive rates) and nothing else; parsing
 //! and rate arithmetic are pure functions in its module so they can be tested on strings.
 
+pub mod demo;
 pub mod gpu;
 pub mod host;
 pub mod process;

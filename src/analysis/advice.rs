@@ -1,0 +1,84 @@
+//! What each verdict means in a sentence, and what to try next (the checklist behind the
+//! `diagnose` report and `/api/v1/diagnosis`).
+
+use super::{Kind, Primary};
+
+/// One sentence saying what the verdict means for the GPU.
+pub fn explanation(primary: Primary) -> &'static str {
+    match primary {
+        Primary::Idle => "No process is using this GPU: if it is allocated to a job, it is wasted capacity.",
+        Primary::Busy => "The GPU is kept busy and nothing on the node holds it back: it is compute-bound.",
+        Primary::Undetermined => "The GPU is not fully busy, but no rule matched clearly (or the window is still filling).",
+        Primary::Bottleneck(kind) => match kind {
+            Kind::DataIo => "The GPU waits for input data: storage cannot deliver it fast enough (disk saturated, I/O stalls, loader workers blocked on reads).",
+            Kind::DataCpu => "The GPU waits for input data: the CPU-side preprocessing (decode, augmentation) is too slow.",
+            Kind::HostBound => "The GPU waits on the training loop itself: its main thread is pinned at a full core (Python overhead, kernel launches).",
+            Kind::SyncStall => "The GPU runs in bursts while neither storage nor CPU is busy: host-device synchronisation points serialise the pipeline.",
+            Kind::KernelEfficiency => "The GPU reports high utilization but its SMs are mostly empty: many small kernels or low occupancy.",
+            Kind::MemoryPressure => "Device memory is nearly full: allocations are at the limit and the allocator may thrash.",
+            Kind::Communication => "This GPU waits on the other GPUs of its job (imbalance or collective communication) or on a degraded link.",
+            Kind::Contention => "Something else competes for the GPU or for the CPU the job needs (other processes, CPU quota throttling, remote NUMA node, steal).",
+            Kind::Throttling => "The GPU's clocks are held down by its power cap or by temperature.",
+            Kind::Hardware => "The device reports errors (XID, uncorrectable ECC, row remapping) or stopped answering.",
+        },
+    }
+}
+
+/// Concrete next steps for the verdict, most likely first.
+pub fn next_steps(primary: Primary) -> &'static [&'static str] {
+    match primary {
+        Primary::Idle => &["Release the GPU or check why the job that holds it is not running.", "Alert on allocated-but-idle GPUs to recover capacity."],
+        Primary::Busy => &["Nothing to fix on the node; to go faster, reduce the model's work (mixed precision, better kernels, larger effective batch)."],
+        Primary::Undetermined => &["Wait for a full window (30 s by default) and look again.", "Check gpu_bottleneck_score and gpu_bottleneck_unknown for near misses and missing inputs."],
+        Primary::Bottleneck(kind) => match kind {
+            Kind::DataIo => &[
+                "Move the data set to faster local storage (NVMe) or cache it in memory.",
+                "Use larger, sequentially read shards (WebDataset, TFRecord) instead of many small files.",
+                "Increase DataLoader num_workers and prefetch_factor so reads overlap with compute.",
+            ],
+            Kind::DataCpu => &[
+                "Increase DataLoader num_workers (up to the CPUs near the GPU) and enable persistent_workers.",
+                "Move decoding and augmentation to the GPU (NVIDIA DALI, torchvision.io on CUDA).",
+                "Pre-process the data set once offline instead of on every epoch.",
+            ],
+            Kind::HostBound => &[
+                "Capture the step with CUDA graphs or torch.compile to cut per-kernel launch overhead.",
+                "Increase the batch size so each launch does more work.",
+                "Profile the Python loop (py-spy) for work that belongs on the GPU or in the loader.",
+            ],
+            Kind::SyncStall => &[
+                "Remove host synchronisations in the step: .item(), .cpu(), printing tensors, torch.cuda.synchronize().",
+                "Use pin_memory=True and non_blocking=True copies.",
+                "Log metrics every N steps instead of every step.",
+            ],
+            Kind::KernelEfficiency => &[
+                "Fuse small operations: torch.compile, or CUDA graphs for launch-bound steps.",
+                "Increase the batch size or sequence length to fill the SMs.",
+                "Use mixed precision (bf16/fp16) so tensor cores do the work.",
+            ],
+            Kind::MemoryPressure => &[
+                "Reduce the batch size or use activation checkpointing.",
+                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to limit fragmentation.",
+                "Shard optimizer state (ZeRO/FSDP) or offload it.",
+            ],
+            Kind::Communication => &[
+                "Balance work across ranks (uneven shards or sequence lengths make the fast GPUs wait).",
+                "Overlap gradient communication with compute (DDP bucket size, FSDP prefetch).",
+                "Check NVLink/PCIe link state: a link below its generation or width slows collectives.",
+            ],
+            Kind::Contention => &[
+                "Give the job's processes the GPU to themselves (one process per GPU).",
+                "Raise or remove the container's CPU limit if it is throttled.",
+                "Pin the loader to the CPUs of the GPU's NUMA node (numactl, taskset, topology-aware scheduling).",
+            ],
+            Kind::Throttling => &[
+                "Check cooling and airflow; compare the temperature with its slowdown threshold.",
+                "Check the power cap against the board's default; ask the operator before changing it.",
+            ],
+            Kind::Hardware => &[
+                "Look up the XID codes in NVIDIA's XID catalogue and drain the node if they repeat.",
+                "Reset the GPU when a row remap is pending; replace it when a remap failed.",
+            ],
+        },
+    }
+}

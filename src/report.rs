@@ -1,0 +1,153 @@
+//! The diagnosis as a person or a script reads it: a ranked text report (`diagnose`) and a
+//! JSON document (`diagnose --json`, `/api/v1/diagnosis`), both from the same verdicts.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::analysis::advice::{explanation, next_steps};
+use crate::analysis::{GpuVerdict, KindVerdict, Primary};
+
+/// GPUs in report order: bottlenecks first (strongest first), then undetermined, idle, busy.
+fn ranked(verdicts: &[GpuVerdict]) -> Vec<&GpuVerdict> {
+    let rank = |v: &GpuVerdict| match v.primary {
+        Primary::Bottleneck(_) => 0,
+        Primary::Undetermined => 1,
+        Primary::Idle => 2,
+        Primary::Busy => 3,
+    };
+    let mut ordered: Vec<&GpuVerdict> = verdicts.iter().collect();
+    ordered.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then(primary_score(b).total_cmp(&primary_score(a)))
+            .then(a.index.cmp(&b.index))
+    });
+    ordered
+}
+
+fn primary_kind(verdict: &GpuVerdict) -> Option<&KindVerdict> {
+    match verdict.primary {
+        Primary::Bottleneck(kind) => verdict.kinds.iter().find(|k| k.scored.kind == kind),
+        _ => None,
+    }
+}
+
+fn primary_score(verdict: &GpuVerdict) -> f64 {
+    primary_kind(verdict)
+        .and_then(|k| k.scored.score)
+        .unwrap_or(0.0)
+}
+
+/// Whether any GPU has an active bottleneck (the `diagnose` exit code).
+pub fn any_bottleneck(verdicts: &[GpuVerdict]) -> bool {
+    verdicts
+        .iter()
+        .any(|v| matches!(v.primary, Primary::Bottleneck(_)))
+}
+
+/// The JSON document: per GPU the primary verdict, explanation, next steps, and every kind
+/// with its state, score and evidence.
+pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
+    let gpus: Vec<Value> = ranked(verdicts)
+        .into_iter()
+        .map(|v| {
+            let kinds: Vec<Value> = v
+                .kinds
+                .iter()
+                .map(|k| {
+                    let evidence: Vec<Value> = k
+                        .scored
+                        .evidence
+                        .iter()
+                        .map(|e| json!({"input": e.name, "value": e.value, "threshold": e.threshold, "strength": e.strength}))
+                        .collect();
+                    json!({
+                        "kind": k.scored.kind.name(),
+                        "active": k.active,
+                        "unknown": k.scored.score.is_none(),
+                        "score": k.scored.score,
+                        "evidence": evidence,
+                    })
+                })
+                .collect();
+            json!({
+                "gpu": v.index,
+                "uuid": v.uuid,
+                "primary": v.primary.name(),
+                "explanation": explanation(v.primary),
+                "next_steps": next_steps(v.primary),
+                "kinds": kinds,
+            })
+        })
+        .collect();
+    json!({"simulated": simulated, "gpus": gpus})
+}
+
+/// The readable report, one block per GPU, most urgent first.
+pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
+    let mut out = String::new();
+    if simulated {
+        out.push_str("SIMULATED NODE (--demo): these verdicts describe made-up GPUs.\n\n");
+    }
+    if verdicts.is_empty() {
+        out.push_str("No GPU found (is the NVIDIA driver loaded? see gpu_exporter_nvml_up).\n");
+        return out;
+    }
+    for v in ranked(verdicts) {
+        let headline = match primary_kind(v) {
+            Some(k) => format!(
+                "{} (score {:.2})",
+                v.primary.name(),
+                k.scored.score.unwrap_or(0.0)
+            ),
+            None => v.primary.name().to_string(),
+        };
+        let _ = writeln!(out, "GPU {} {}: {headline}", v.index, v.uuid);
+        let _ = writeln!(out, "  {}", explanation(v.primary));
+        if let Some(k) = primary_kind(v) {
+            let evidence: Vec<String> = k
+                .scored
+                .evidence
+                .iter()
+                .filter(|e| e.strength >= 0.5)
+                .map(|e| format!("{} {:.3} (threshold {:.3})", e.name, e.value, e.threshold))
+                .collect();
+            let _ = writeln!(out, "  Evidence: {}", evidence.join(", "));
+        }
+        let others: Vec<String> = v
+            .kinds
+            .iter()
+            .filter(|k| k.active && Some(k.scored.kind) != primary_kind(v).map(|p| p.scored.kind))
+            .map(|k| {
+                format!(
+                    "{} ({:.2})",
+                    k.scored.kind.name(),
+                    k.scored.score.unwrap_or(0.0)
+                )
+            })
+            .collect();
+        if !others.is_empty() {
+            let _ = writeln!(out, "  Also active: {}", others.join(", "));
+        }
+        let unknown: Vec<&str> = v
+            .kinds
+            .iter()
+            .filter(|k| k.scored.score.is_none())
+            .map(|k| k.scored.kind.name())
+            .collect();
+        if !unknown.is_empty() {
+            let _ = writeln!(
+                out,
+                "  Cannot judge (inputs missing): {}",
+                unknown.join(", ")
+            );
+        }
+        out.push_str("  Next steps:\n");
+        for (i, step) in next_steps(v.primary).iter().enumerate() {
+            let _ = writeln!(out, "    {}. {step}", i + 1);
+        }
+        out.push('\n');
+    }
+    out
+}

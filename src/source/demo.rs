@@ -1,0 +1,420 @@
+//! `--demo`: a simulated GPU node, so every metric, verdict, dashboard panel and alert has
+//! data on a machine without a GPU. It fills the same snapshot the real sources fill (host,
+//! GPUs, process context), and the analysis and exposition run unchanged. Twelve GPUs each
+//! show a different case — every bottleneck kind, a two-GPU job with a lagging rank, an idle
+//! GPU — and the cases move one GPU along every five minutes so dashboards show change.
+
+use std::time::Duration;
+
+use super::{Source, SourceError};
+use crate::snapshot::{
+    BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, DiskCounters, DiskRates,
+    DiskSnapshot, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
+    GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState, PcieLink, Pressure,
+    PressureLine, PressureRates, PressureSnapshot, ProcessContext, RemappedRows, Snapshot,
+    WorkerSummary,
+};
+
+/// What a simulated GPU is meant to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Storage-starved input pipeline.
+    DataIo,
+    /// CPU-starved input pipeline.
+    DataCpu,
+    /// Main thread pinned.
+    HostBound,
+    /// Bursty with nothing busy.
+    SyncStall,
+    /// High utilization, empty SMs.
+    KernelEfficiency,
+    /// Memory nearly full.
+    MemoryPressure,
+    /// The fast rank of a two-GPU job.
+    JobFastRank,
+    /// The lagging rank of the same job: waits on communication.
+    JobSlowRank,
+    /// Three processes share the GPU.
+    Contention,
+    /// Power-capped near its thermal limit.
+    Throttling,
+    /// A row remap is pending.
+    Hardware,
+    /// Nothing runs.
+    Idle,
+}
+
+/// The cases, in GPU order at time zero.
+pub const ROLES: [Role; 12] = [
+    Role::DataIo,
+    Role::DataCpu,
+    Role::HostBound,
+    Role::SyncStall,
+    Role::KernelEfficiency,
+    Role::MemoryPressure,
+    Role::JobFastRank,
+    Role::JobSlowRank,
+    Role::Contention,
+    Role::Throttling,
+    Role::Hardware,
+    Role::Idle,
+];
+
+/// How long each GPU keeps its case before the cases move one GPU along.
+pub const ROTATION: Duration = Duration::from_secs(300);
+
+/// The case of GPU `index` at `now`.
+pub fn role_of(index: usize, now: Duration) -> Role {
+    let shift = (now.as_secs() / ROTATION.as_secs()) as usize;
+    ROLES[(index + ROLES.len() - shift % ROLES.len()) % ROLES.len()]
+}
+
+/// The simulated node.
+#[derive(Debug, Default)]
+pub struct DemoSource;
+
+/// A small deterministic wobble in -1..1, so lines on a dashboard move.
+fn wobble(index: usize, now: Duration, period: f64) -> f64 {
+    (now.as_secs_f64() / period + index as f64 * 1.7).sin()
+}
+
+const GIB: u64 = 1 << 30;
+
+impl DemoSource {
+    fn gpu(index: usize, now: Duration) -> (GpuDevice, Vec<ProcessContext>) {
+        let role = role_of(index, now);
+        let seconds = now.as_secs_f64();
+        let (busy, idle_share, sm_activity) = match role {
+            Role::DataIo => (0.35, 0.55, 0.3),
+            Role::DataCpu => (0.4, 0.45, 0.34),
+            Role::HostBound => (0.45, 0.3, 0.38),
+            Role::SyncStall => (0.3, 0.65, 0.26),
+            Role::KernelEfficiency => (0.96, 0.0, 0.18),
+            Role::MemoryPressure | Role::JobFastRank | Role::Hardware => (0.92, 0.0, 0.8),
+            Role::JobSlowRank => (0.45, 0.1, 0.38),
+            Role::Contention => (0.55, 0.15, 0.45),
+            Role::Throttling => (0.94, 0.0, 0.78),
+            Role::Idle => (0.0, 1.0, 0.0),
+        };
+        let busy = if role == Role::Idle {
+            0.0
+        } else {
+            (busy + 0.02 * wobble(index, now, 20.0)).clamp(0.0, 1.0)
+        };
+        let total = 80 * GIB;
+        let used = match role {
+            Role::MemoryPressure => total - total / 70,
+            Role::Idle => 0,
+            _ => 48 * GIB,
+        };
+        let temperature = if role == Role::Throttling {
+            84.0
+        } else {
+            55.0 + 10.0 * busy
+        };
+        let power = if role == Role::Throttling {
+            700.0
+        } else {
+            90.0 + 520.0 * busy
+        };
+        let numa = (index / 6) as u32;
+        let processes = match role {
+            Role::Idle => 0,
+            Role::Contention => 3,
+            _ => 1,
+        };
+        let gpu_processes: Vec<GpuProcess> = (0..processes)
+            .map(|p| GpuProcess {
+                pid: 100_000 + index as u32 * 10 + p,
+                command: if p == 0 {
+                    "python3".into()
+                } else {
+                    "jupyter-kernel".into()
+                },
+                kind: "compute",
+                used_memory_bytes: used / u64::from(processes.max(1)),
+                sm_ratio: Some(busy / f64::from(processes.max(1))),
+                memory_ratio: Some(busy * 0.5),
+            })
+            .collect();
+        let contexts = gpu_processes
+            .iter()
+            .enumerate()
+            .map(|(p, process)| Self::context(index, role, process.pid, numa, p == 0))
+            .collect();
+        let device = GpuDevice {
+            index: index as u32,
+            uuid: format!("GPU-de300000-0000-4000-8000-{index:012}"),
+            model: "NVIDIA H100 80GB HBM3 (simulated)".into(),
+            pci_bus_id: format!("00000000:{:02x}:00.0", 0x18 + index * 0x10),
+            numa_node: Some(numa),
+            cpu_affinity: Some(if numa == 0 {
+                "0-31".into()
+            } else {
+                "32-63".into()
+            }),
+            up: true,
+            error: String::new(),
+            utilization: Some(GpuUtilization {
+                gpu_ratio: busy,
+                memory_ratio: busy * 0.6,
+            }),
+            busy: Some(BusySummary {
+                mean_ratio: busy,
+                min_ratio: if idle_share > 0.0 { 0.0 } else { busy - 0.03 },
+                max_ratio: if idle_share > 0.0 {
+                    1.0
+                } else {
+                    (busy + 0.03).min(1.0)
+                },
+                idle_share_ratio: idle_share,
+                samples: 6,
+            }),
+            memory: Some(GpuMemory {
+                total_bytes: total,
+                used_bytes: used,
+                free_bytes: total - used - GIB / 2,
+                reserved_bytes: GIB / 2,
+            }),
+            temperature_celsius: Some(temperature),
+            slowdown_temperature_celsius: Some(87.0),
+            shutdown_temperature_celsius: Some(92.0),
+            power_watts: Some(power),
+            power_limit_watts: Some(700.0),
+            energy_joules: Some(1.0e9 + power * seconds),
+            clocks: vec![
+                GpuClock {
+                    domain: "sm",
+                    hertz: Some(if role == Role::Throttling {
+                        1.41e9
+                    } else {
+                        1.98e9
+                    }),
+                    max_hertz: Some(1.98e9),
+                },
+                GpuClock {
+                    domain: "memory",
+                    hertz: Some(2.619e9),
+                    max_hertz: Some(2.619e9),
+                },
+                GpuClock {
+                    domain: "graphics",
+                    hertz: Some(1.98e9),
+                    max_hertz: Some(1.98e9),
+                },
+            ],
+            throttle_reasons: Some(match role {
+                Role::Throttling => 0x4,
+                Role::Idle => 0x1,
+                _ => 0,
+            }),
+            pcie: PcieLink {
+                generation: Some(5),
+                width: Some(16),
+                max_generation: Some(5),
+                max_width: Some(16),
+                tx_bytes_per_second: Some(2.0e9 * busy),
+                rx_bytes_per_second: Some(6.0e9 * busy),
+                replays: Some(0),
+            },
+            ecc_corrected: Some(0),
+            ecc_uncorrected: Some(0),
+            violation_power_seconds: Some(if role == Role::Throttling {
+                0.6 * seconds
+            } else {
+                0.0
+            }),
+            violation_thermal_seconds: Some(0.0),
+            remapped_rows: Some(RemappedRows {
+                correctable: 0,
+                uncorrectable: u64::from(role == Role::Hardware),
+                pending: role == Role::Hardware,
+                failed: false,
+            }),
+            nvlink: Some(NvLinkState {
+                links: vec![true; 18],
+                tx_bytes: Some((4.0e10 * busy * seconds) as u64),
+                rx_bytes: Some((4.0e10 * busy * seconds) as u64),
+            }),
+            gpm: Some(GpmMetrics {
+                sm_activity_ratio: sm_activity,
+                sm_occupancy_ratio: sm_activity * 0.45,
+                tensor_activity_ratio: sm_activity * 0.6,
+                dram_bandwidth_ratio: sm_activity * 0.5,
+            }),
+            xid_errors: Vec::new(),
+            mig_enabled: Some(false),
+            mig_devices: Vec::new(),
+            processes: gpu_processes,
+            process_count: Some(processes),
+            unsupported: Vec::new(),
+        };
+        (device, contexts)
+    }
+
+    fn context(index: usize, role: Role, pid: u32, numa: u32, main: bool) -> ProcessContext {
+        let (busiest, worker_max, workers_cpu, disk_wait, blkio, read_rate) = match role {
+            Role::DataIo => (0.6, 0.35, 2.4, 5, 2.5, 9.0e8),
+            Role::DataCpu => (0.55, 1.0, 7.9, 0, 0.0, 1.5e8),
+            Role::HostBound => (0.99, 0.3, 2.0, 0, 0.0, 1.0e8),
+            Role::SyncStall => (0.25, 0.15, 0.8, 0, 0.0, 5.0e7),
+            Role::Idle => (0.0, 0.0, 0.0, 0, 0.0, 0.0),
+            _ => (0.6, 0.4, 3.0, 0, 0.1, 2.0e8),
+        };
+        let workers = if main && role != Role::Idle { 8 } else { 0 };
+        // The two ranks of the simulated job share one pod.
+        let pod = match role {
+            Role::JobFastRank | Role::JobSlowRank => {
+                "de300000-0000-4000-8000-00000000006a".to_string()
+            }
+            _ => format!("de300000-0000-4000-8000-{index:012}"),
+        };
+        ProcessContext {
+            pid,
+            state: if busiest > 0.9 { 'R' } else { 'S' },
+            threads: 48,
+            cpu_user_seconds: 1000.0,
+            cpu_system_seconds: 100.0,
+            cpu_cores: Some(busiest * 1.4),
+            busiest_thread_ratio: Some(busiest),
+            voluntary_switches: 50_000,
+            involuntary_switches: 2_000,
+            blkio_delay_seconds: Some(blkio * 10.0),
+            read_bytes: Some(10 * GIB),
+            allowed_cpus: 32,
+            numa_nodes: vec![numa],
+            workers: WorkerSummary {
+                count: workers,
+                cpu_cores: Some(if workers > 0 { workers_cpu } else { 0.0 }),
+                max_cpu_ratio: Some(if workers > 0 { worker_max } else { 0.0 }),
+                running: if workers > 0 {
+                    8 - disk_wait.min(8) - 2
+                } else {
+                    0
+                },
+                sleeping: if workers > 0 { 2 } else { 0 },
+                disk_wait: if workers > 0 { disk_wait } else { 0 },
+                zombie: 0,
+                blkio_delay_ratio: Some(if workers > 0 { blkio } else { 0.0 }),
+                read_bytes_per_second: Some(if workers > 0 { read_rate } else { 0.0 }),
+            },
+            cgroup: Some(CgroupContext {
+                pod_uid: pod,
+                container_id: format!("{:064x}", 0xde30_0000u64 + pid as u64),
+                slurm_job: String::new(),
+                cpu_quota_cores: Some(32.0),
+                periods: Some(100_000),
+                throttled_periods: Some(0),
+                throttled_seconds: Some(0.0),
+                throttled_ratio: Some(0.0),
+                pressure: Vec::new(),
+            }),
+        }
+    }
+
+    fn host(snapshot: &mut Snapshot, now: Duration) {
+        let seconds = now.as_secs_f64();
+        let cpus = 64.0;
+        snapshot.cpu = Some(CpuSnapshot {
+            stat: CpuStat {
+                times: CpuTimes {
+                    user: 0.4 * cpus * seconds,
+                    system: 0.05 * cpus * seconds,
+                    idle: 0.51 * cpus * seconds,
+                    iowait: 0.04 * cpus * seconds,
+                    ..CpuTimes::default()
+                },
+                cpu_count: cpus as u32,
+                procs_running: 40,
+                procs_blocked: 5,
+                context_switches: (2.0e5 * seconds) as u64,
+            },
+            rates: Some(CpuRates {
+                iowait_ratio: 0.04,
+                steal_ratio: 0.0,
+                busy_ratio: 0.45,
+            }),
+        });
+        let read = 1.2e9;
+        snapshot.disks = vec![DiskSnapshot {
+            counters: DiskCounters {
+                name: "nvme0n1".into(),
+                reads_completed: (9000.0 * seconds) as u64,
+                read_bytes: (read * seconds) as u64,
+                read_time_ms: (9000.0 * seconds) as u64,
+                io_time_ms: (400.0 * seconds) as u64,
+                weighted_io_time_ms: (9000.0 * seconds) as u64,
+                ..DiskCounters::default()
+            },
+            rates: Some(DiskRates {
+                utilization_ratio: 0.4 + 0.05 * wobble(0, now, 30.0),
+                read_await_seconds: 0.001,
+                write_await_seconds: 0.0,
+                queue_size: 9.0,
+                reads_per_second: 9000.0,
+                writes_per_second: 0.0,
+                read_bytes_per_second: read,
+                write_bytes_per_second: 0.0,
+            }),
+        }];
+        let line = |share: f64| PressureLine {
+            avg10: share,
+            avg60: share,
+            avg300: share,
+            total_seconds: share * seconds,
+        };
+        snapshot.pressure = [("cpu", 0.08), ("io", 0.05), ("memory", 0.0)]
+            .into_iter()
+            .map(|(resource, share)| PressureSnapshot {
+                resource,
+                pressure: Pressure {
+                    some: line(share),
+                    full: Some(line(share / 2.0)),
+                },
+                rates: Some(PressureRates {
+                    some_ratio: share,
+                    full_ratio: Some(share / 2.0),
+                }),
+            })
+            .collect();
+        snapshot.memory = Some(MemorySnapshot {
+            counters: MemoryCounters {
+                total_bytes: 1024 * GIB,
+                available_bytes: 600 * GIB,
+                swap_total_bytes: 0,
+                swap_free_bytes: 0,
+                swapped_in_bytes: 0,
+                swapped_out_bytes: 0,
+            },
+            rates: Some(MemoryRates::default()),
+        });
+        snapshot.other_cpu_ratio = Some(0.08);
+        snapshot.delay_accounting = Some(true);
+    }
+}
+
+impl Source for DemoSource {
+    fn name(&self) -> &'static str {
+        "demo"
+    }
+
+    fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
+        Self::host(snapshot, now);
+        let mut devices = Vec::new();
+        for index in 0..ROLES.len() {
+            let (device, contexts) = Self::gpu(index, now);
+            devices.push(device);
+            snapshot.processes.extend(contexts);
+        }
+        snapshot.processes.sort_by_key(|c| c.pid);
+        snapshot.gpu = Some(GpuSnapshot {
+            nvml_up: true,
+            nvml_error: String::new(),
+            driver_version: "550.54.15 (simulated)".into(),
+            cuda_driver_version: "12.4".into(),
+            devices,
+        });
+        snapshot.simulated = true;
+        Ok(())
+    }
+}

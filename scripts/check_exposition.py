@@ -2,9 +2,10 @@
 """Checks expositions with parsers that are not ours.
 
 --openmetrics FILE...  parse each file with prometheus_client's strict OpenMetrics parser.
---live BINARY          start BINARY on a free loopback port with no config, wait until ready,
-                       and check /metrics in both formats: classic text through
-                       `promtool check metrics`, OpenMetrics through the strict parser.
+--live BINARY [ARGS]   start BINARY on a free loopback port with no config (plus ARGS, e.g.
+                       --demo), wait until ready, and check /metrics in both formats: classic
+                       text through `promtool check metrics`, OpenMetrics through the strict
+                       parser.
 """
 import socket
 import subprocess
@@ -33,12 +34,12 @@ def fetch(url, accept=None):
         return response.status, response.read().decode()
 
 
-def live(binary):
+def live(binary, extra):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}", *extra], stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -51,8 +52,9 @@ def live(binary):
                 sys.exit("exporter not ready within 10 s")
             time.sleep(0.05)
         time.sleep(1.2)  # a second tick, so interval rates are present too
-        check_text(fetch(base + "/metrics")[1], "live /metrics (text)")
-        check_openmetrics(fetch(base + "/metrics", "application/openmetrics-text")[1], "live /metrics (OpenMetrics)")
+        label = " ".join(["live /metrics", *extra])
+        check_text(fetch(base + "/metrics")[1], f"{label} (text)")
+        check_openmetrics(fetch(base + "/metrics", "application/openmetrics-text")[1], f"{label} (OpenMetrics)")
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -63,8 +65,8 @@ def main():
         for path in sys.argv[2:]:
             with open(path) as f:
                 check_openmetrics(f.read(), path)
-    elif len(sys.argv) == 3 and sys.argv[1] == "--live":
-        live(sys.argv[2])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "--live":
+        live(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(__doc__)
 

@@ -42,8 +42,9 @@ for file in tests/golden/*.prom; do
 done
 python3 scripts/check_exposition.py --openmetrics tests/golden/*.om.txt
 
-step "the real binary on this host: /metrics through promtool and the OpenMetrics parser"
+step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter
+python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter --demo
 
 echo
 echo "all checks passed"

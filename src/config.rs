@@ -54,43 +54,56 @@ pub struct Analysis {
     pub gpu_starved_below: f64,
     /// Busy fraction at or above which a GPU with no bottleneck is `busy` (compute-bound).
     pub gpu_busy_above: f64,
-    /// Share of near-zero utilization samples that makes a GPU's work bursty.
+    /// Share of near-zero utilization samples that makes a GPU's work bursty (ours: one
+    /// sample in five idle is already visible as gaps in a step timeline).
     pub bursty_idle_share: f64,
     /// Disk utilization that counts as saturated (iostat guidance: sustained > 80 %).
     pub disk_util_high: f64,
-    /// Host iowait share that counts as storage-bound.
+    /// Host iowait share that counts as storage-bound (ours: 10 % of all CPU time waiting on
+    /// I/O is well above the ~1 % of a healthy node).
     pub iowait_high: f64,
-    /// Host PSI io "some" share that counts as storage-bound.
+    /// Host PSI io "some" share that counts as storage-bound (ours: tasks stalled on I/O a
+    /// fifth of the time; the kernel's PSI documentation uses 10-20 % as pressure triggers).
     pub psi_io_high: f64,
-    /// Mean number of workers blocked on I/O that counts as storage-bound.
+    /// Mean number of workers blocked on I/O that counts as storage-bound (ours: half a
+    /// worker waiting at any time).
     pub workers_blkio_high: f64,
     /// Share of one core at which the busiest data-loader worker counts as saturated
     /// (SageMaker Debugger's CPUBottleneck rule uses 90 % CPU).
     pub worker_cpu_high: f64,
-    /// Host CPU busy share that counts as saturated.
+    /// Host CPU busy share that counts as saturated (as the worker threshold: 90 %).
     pub host_cpu_high: f64,
-    /// Share of one core at which the main training thread counts as pinned (host-bound).
+    /// Share of one core at which the main training thread counts as pinned (host-bound; as
+    /// for loader workers, 90 % of a core).
     pub main_thread_high: f64,
-    /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls).
+    /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls;
+    /// ours: half of the saturation thresholds above).
     pub quiet_below: f64,
-    /// GPU-Util at or above which low SM activity means inefficient kernels.
+    /// GPU-Util at or above which low SM activity means inefficient kernels (ours: the GPU
+    /// looks busy, 80 %).
     pub kernel_util_high: f64,
     /// GPM SM activity at or below which a busy-looking GPU's SMs are mostly empty (NVIDIA's
     /// DCGM profiling guidance treats SM activity under 0.5 as poor use of the GPU).
     pub sm_activity_low: f64,
-    /// Device memory used share that counts as memory pressure.
+    /// Device memory used share that counts as memory pressure (the design guide's 95 %).
     pub memory_used_high: f64,
-    /// Spread of busy fraction between the GPUs of one job that counts as imbalance.
+    /// Spread of busy fraction between the GPUs of one job that counts as imbalance (ours:
+    /// a rank 30 points behind the busiest spends most of that time in collectives).
     pub job_imbalance: f64,
-    /// cgroup throttled-period share that counts as CPU-quota contention.
+    /// cgroup throttled-period share that counts as CPU-quota contention (ours: throttled in
+    /// one CFS period of ten).
     pub cgroup_throttled_high: f64,
-    /// Host CPU used outside the GPU process trees that counts as contention.
+    /// Host CPU used outside the GPU process trees that counts as contention (ours: other
+    /// tenants using half the node).
     pub other_cpu_high: f64,
-    /// Hypervisor steal share that counts as contention.
+    /// Hypervisor steal share that counts as contention (ours: 10 %, where cloud guidance
+    /// starts to call a VM noisy-neighboured).
     pub steal_high: f64,
-    /// Share of the window with a limiting throttle reason active while busy.
+    /// Share of the window with a limiting throttle reason active (ours: held down 30 % of
+    /// the time costs more than run-to-run noise).
     pub throttled_share_high: f64,
-    /// Degrees below the slowdown temperature that count as thermally limited.
+    /// Degrees below the slowdown temperature that count as thermally limited (ours: within
+    /// 3 °C the GPU is about to slow down).
     pub thermal_margin_celsius: f64,
 }
 

@@ -112,6 +112,9 @@ def report(samples, reference, title):
         for metric in EXTRA:
             value = lookup(samples, metric, gpu)
             print(f"{gpu:<4}{metric:<42}{'absent' if value is None else f'{value:.4g}':>14}")
+        verdicts = [labels["verdict"] for labels, value in samples.get("gpu_verdict", []) if labels.get("gpu") == gpu and value == 1]
+        active = [labels["kind"] for labels, value in samples.get("gpu_bottleneck", []) if labels.get("gpu") == gpu and value == 1]
+        print(f"{gpu:<4}{'verdict':<42}{','.join(verdicts) or 'absent':>14}  active: {','.join(active) or 'none'}")
     return failures
 
 

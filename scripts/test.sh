@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
-# and the Python `prometheus_client` package whose OpenMetrics parser is strict.
+# the Python `prometheus_client` package whose OpenMetrics parser is strict, and PyYAML.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,11 +18,13 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if ! python3 -c 'import prometheus_client' 2>/dev/null; then
-  step "installing prometheus_client (Python)"
-  python3 -m pip install -q prometheus_client 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages prometheus_client
-fi
+for module in prometheus_client:prometheus_client yaml:pyyaml; do
+  if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
+    step "installing ${module##*:} (Python)"
+    python3 -m pip install -q "${module##*:}" 2>/dev/null ||
+      python3 -m pip install -q --break-system-packages "${module##*:}"
+  fi
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -41,6 +43,11 @@ for file in tests/golden/*.prom; do
   promtool check metrics <"$file"
 done
 python3 scripts/check_exposition.py --openmetrics tests/golden/*.om.txt
+
+step "Prometheus rules: promtool check and unit tests; every runbook link resolves"
+promtool check rules deploy/rules/*.yml
+promtool test rules tests/rules/*.test.yml
+python3 scripts/check_runbooks.py deploy/rules/*.yml
 
 step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter

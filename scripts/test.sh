@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
-# the Python `prometheus_client` package whose OpenMetrics parser is strict, and PyYAML.
+# the Python `prometheus_client` package whose OpenMetrics parser is strict, PyYAML, and
+# kubernetes-validate (offline Kubernetes schemas).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for module in prometheus_client:prometheus_client yaml:pyyaml; do
+for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     step "installing ${module##*:} (Python)"
     python3 -m pip install -q "${module##*:}" 2>/dev/null ||
@@ -48,6 +49,13 @@ step "Prometheus rules: promtool check and unit tests; every runbook link resolv
 promtool check rules deploy/rules/*.yml
 promtool test rules tests/rules/*.test.yml
 python3 scripts/check_runbooks.py deploy/rules/*.yml
+
+step "Kubernetes manifests: schemas, the PrometheusRule in step with deploy/rules"
+kubernetes-validate --strict --quiet deploy/kubernetes/serviceaccount.yaml deploy/kubernetes/daemonset.yaml deploy/kubernetes/service.yaml
+embedded=$(mktemp --suffix=.yml)
+python3 scripts/build_manifests.py --check "$embedded"
+promtool check rules "$embedded"
+rm -f "$embedded"
 
 step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter

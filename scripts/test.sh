@@ -51,11 +51,15 @@ promtool test rules tests/rules/*.test.yml
 python3 scripts/check_runbooks.py deploy/rules/*.yml
 
 step "Kubernetes manifests: schemas, the PrometheusRule in step with deploy/rules"
-kubernetes-validate --strict --quiet deploy/kubernetes/serviceaccount.yaml deploy/kubernetes/daemonset.yaml deploy/kubernetes/service.yaml
+kubernetes-validate --strict --quiet deploy/kubernetes/serviceaccount.yaml deploy/kubernetes/daemonset.yaml deploy/kubernetes/service.yaml deploy/kubernetes/dashboards-configmap.yaml
 embedded=$(mktemp --suffix=.yml)
 python3 scripts/build_manifests.py --check "$embedded"
 promtool check rules "$embedded"
 rm -f "$embedded"
+
+step "dashboards: in step with their generator; every query returns data from a real Prometheus scraping the demo node"
+python3 scripts/build_dashboards.py --check
+python3 scripts/check_dashboards.py target/debug/gpu-bottleneck-exporter
 
 step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter

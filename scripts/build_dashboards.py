@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards in dashboards/ from the panel lists below (one place to read
+every query). `--check` fails instead when a committed dashboard differs; scripts/test.sh runs
+it that way and then runs every query against a real Prometheus (scripts/check_dashboards.py).
+
+Every dashboard has a datasource variable; node, GPU and pod variables come from the
+exporter's own series."""
+import json
+import sys
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def variable_datasource():
+    return {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source", "current": {}, "hide": 0}
+
+
+def variable(name, label, query, multi=True):
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DATASOURCE,
+        "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
+        "includeAll": multi, "multi": multi, "allValue": ".*", "current": {}, "hide": 0, "sort": 1,
+    }
+
+
+def panel(title, kind, exprs, x, y, w=12, h=8, unit=None, description="", legend=None, stack=False, extra=None):
+    targets = [{"refId": chr(65 + i), "expr": e, "legendFormat": (legend[i] if legend else ""), "datasource": DATASOURCE} for i, e in enumerate(exprs)]
+    p = {
+        "type": kind, "title": title, "description": description, "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
+        "fieldConfig": {"defaults": {}, "overrides": []}, "options": {},
+    }
+    if unit:
+        p["fieldConfig"]["defaults"]["unit"] = unit
+    if stack:
+        p["fieldConfig"]["defaults"]["custom"] = {"stacking": {"mode": "normal"}, "fillOpacity": 60}
+    if kind == "table":
+        for t in targets:
+            t["format"] = "table"
+            t["instant"] = True
+    p.update(extra or {})
+    return p
+
+
+def dashboard(uid, title, description, variables, panels):
+    for i, p in enumerate(panels):
+        p["id"] = i + 1
+    return {
+        "uid": uid, "title": title, "description": description, "tags": ["gpu", "gpu-bottleneck-exporter"],
+        "timezone": "browser", "schemaVersion": 39, "version": 1, "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"}, "editable": True, "graphTooltip": 1,
+        "templating": {"list": [variable_datasource(), *variables]}, "panels": panels,
+        "links": [{"title": "GPU dashboards", "type": "dashboards", "tags": ["gpu-bottleneck-exporter"], "asDropdown": True}],
+    }
+
+
+POD_JOIN = 'on (instance, gpu, uuid, pid) group_left (pod_uid) gpu_process_cgroup_info{pod_uid=~"$pod"}'
+GPU_POD = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid!=""})'
+POD_GPUS = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid=~"$pod"})'
+NODE = 'instance=~"$node", gpu=~"$gpu"'
+
+DASHBOARDS = {
+    "cluster-overview.json": dashboard(
+        "gbe-cluster", "GPU fleet: why GPUs wait",
+        "Fleet busy fraction, verdicts over time, GPU-hours lost per cause and who loses them.",
+        [],
+        [
+            panel("Fleet busy fraction", "stat", ["cluster:gpu_busy:avg"], 0, 0, w=6, h=5, unit="percentunit",
+                  description="Mean busy fraction (NVML utilization samples) over every GPU."),
+            panel("Idle GPUs", "stat", ["cluster:gpu_idle:count"], 6, 0, w=6, h=5,
+                  description="GPUs with no process: wasted if allocated."),
+            panel("GPUs with a bottleneck", "stat", ['count(gpu_verdict{verdict!~"busy|idle|undetermined"} == 1) or vector(0)'], 12, 0, w=6, h=5),
+            panel("Exporter sources failing", "stat", ["count(gpu_exporter_source_up == 0 and gpu_exporter_source_supported == 1) or vector(0)"], 18, 0, w=6, h=5),
+            panel("Busy fraction over time", "timeseries", ["cluster:gpu_busy:avg", "instance:gpu_busy:avg"], 0, 5, unit="percentunit", legend=["fleet", "{{instance}}"]),
+            panel("GPUs by primary verdict", "timeseries", ["sum by (verdict) (gpu_verdict == 1)"], 12, 5, legend=["{{verdict}}"], stack=True,
+                  description="How many GPUs have each primary verdict: the picture of where the fleet's time goes."),
+            panel("GPU-hours lost per hour, by cause", "timeseries", ["cluster_verdict:gpu_hours_lost:rate1h"], 0, 13, legend=["{{verdict}}"], stack=True,
+                  description="Busy time missing from each GPU over the last hour, attributed to its primary verdict."),
+            panel("Top pods by lost GPU time", "table", [f"topk(10, sum by (pod_uid) (gpu:lost:ratio * on (instance, gpu, uuid) group_left (pod_uid) {GPU_POD}))"], 12, 13,
+                  description="GPUs' worth of capacity each pod loses right now (pod UID from the process cgroup)."),
+            panel("Top nodes by lost GPU time", "table", ["topk(10, sum by (instance) (gpu:lost:ratio))"], 0, 21),
+            panel("Verdict per GPU", "table", ['gpu_verdict == 1'], 12, 21),
+        ],
+    ),
+    "node-drilldown.json": dashboard(
+        "gbe-node", "GPU node: where the time goes",
+        "Per GPU: busy fraction against SM activity, the verdict timeline, and the host evidence side by side.",
+        [variable("node", "Node", "label_values(gpu_info, instance)", multi=False), variable("gpu", "GPU", 'label_values(gpu_info{instance=~"$node"}, gpu)')],
+        [
+            panel("Busy fraction vs SM activity", "timeseries", [f"gpu_busy_mean_ratio{{{NODE}}}", f"gpu_sm_activity_ratio{{{NODE}}}"], 0, 0, unit="percentunit",
+                  legend=["GPU {{gpu}} busy", "GPU {{gpu}} SM activity"],
+                  description="Busy (a kernel ran) against SM activity (SMs had work, GPM): a wide gap is kernel inefficiency."),
+            panel("Primary verdict", "state-timeline", [f"max by (gpu, verdict) (gpu_verdict{{{NODE}}} == 1)"], 12, 0, legend=["GPU {{gpu}}: {{verdict}}"]),
+            panel("Bottleneck scores", "timeseries", [f"gpu_bottleneck_score{{{NODE}}}"], 0, 8, legend=["GPU {{gpu}} {{kind}}"],
+                  description="0.5 is each rule's threshold; active after 10 s above 0.5, inactive after 10 s below 0.3."),
+            panel("Idle share of samples", "timeseries", [f"gpu_busy_idle_share_ratio{{{NODE}}}"], 12, 8, unit="percentunit", legend=["GPU {{gpu}}"]),
+            panel("Disk utilization and await", "timeseries", ['gpu_host_disk_utilization_ratio{instance=~"$node"}', 'gpu_host_disk_read_await_seconds{instance=~"$node"}'], 0, 16,
+                  legend=["{{device}} util", "{{device}} r_await (s)"]),
+            panel("iowait and I/O pressure", "timeseries", ['gpu_host_cpu_iowait_ratio{instance=~"$node"}', 'gpu_host_pressure_stalled_ratio{instance=~"$node", resource="io", kind="some"}'], 12, 16,
+                  unit="percentunit", legend=["iowait", "PSI io some"]),
+            panel("Loader workers and main thread", "timeseries", [f"gpu_process_workers_cpu_cores{{{NODE}}}", f"gpu_process_busiest_thread_cpu_ratio{{{NODE}}}"], 0, 24,
+                  legend=["GPU {{gpu}} pid {{pid}} workers (cores)", "GPU {{gpu}} pid {{pid}} busiest thread"]),
+            panel("Workers waiting on I/O", "timeseries", [f'gpu_process_workers_in_state{{{NODE}, state="disk_wait"}}'], 12, 24, legend=["GPU {{gpu}} pid {{pid}}"]),
+            panel("Temperature and power", "timeseries", [f"gpu_temperature_celsius{{{NODE}}}", f"gpu_power_watts{{{NODE}}}"], 0, 32, legend=["GPU {{gpu}} °C", "GPU {{gpu}} W"]),
+            panel("Device memory used", "timeseries", [f"gpu_memory_used_bytes{{{NODE}}} / gpu_memory_total_bytes{{{NODE}}}"], 12, 32, unit="percentunit", legend=["GPU {{gpu}}"]),
+        ],
+    ),
+    "pod-processes.json": dashboard(
+        "gbe-pod", "GPU pods and processes",
+        "The GPU processes of a pod: GPU use, CPU, loader workers, throttling.",
+        [variable("pod", "Pod UID", 'label_values(gpu_process_cgroup_info{pod_uid!=""}, pod_uid)')],
+        [
+            panel("Processes", "table", ['gpu_process_cgroup_info{pod_uid=~"$pod"}'], 0, 0, w=24, h=6),
+            panel("GPU memory per process", "timeseries", [f"gpu_process_memory_used_bytes * {POD_JOIN}"], 0, 6, unit="bytes", legend=["GPU {{gpu}} pid {{pid}}"]),
+            panel("SM utilization per process", "timeseries", [f"gpu_process_sm_utilization_ratio * {POD_JOIN}"], 12, 6, unit="percentunit", legend=["GPU {{gpu}} pid {{pid}}"]),
+            panel("Process CPU and busiest thread", "timeseries", [f"gpu_process_cpu_cores * {POD_JOIN}", f"gpu_process_busiest_thread_cpu_ratio * {POD_JOIN}"], 0, 14,
+                  legend=["pid {{pid}} cores", "pid {{pid}} busiest thread"]),
+            panel("Loader workers by state", "timeseries", [f"gpu_process_workers_in_state * on (instance, gpu, uuid, pid) group_left (pod_uid) gpu_process_cgroup_info{{pod_uid=~\"$pod\"}}"], 12, 14,
+                  legend=["pid {{pid}} {{state}}"], stack=True),
+            panel("CPU quota throttling", "timeseries", [f"gpu_process_cgroup_cpu_throttled_ratio * {POD_JOIN}"], 0, 22, unit="percentunit", legend=["pid {{pid}}"]),
+            panel("Verdicts of the pod's GPUs", "table", [f"gpu_verdict * on (instance, gpu, uuid) group_left (pod_uid) {POD_GPUS} == 1"], 12, 22),
+        ],
+    ),
+}
+
+
+def main():
+    check = len(sys.argv) > 1 and sys.argv[1] == "--check"
+    stale = []
+    for name, board in DASHBOARDS.items():
+        text = json.dumps(board, indent=2, ensure_ascii=False) + "\n"
+        path = f"dashboards/{name}"
+        if check:
+            with open(path) as f:
+                if f.read() != text:
+                    stale.append(path)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+    if stale:
+        sys.exit(f"out of date (run scripts/build_dashboards.py): {', '.join(stale)}")
+    print(("checked " if check else "wrote ") + ", ".join(DASHBOARDS))
+
+
+if __name__ == "__main__":
+    main()

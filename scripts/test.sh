@@ -2,7 +2,7 @@
 # The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
 # the Python `prometheus_client` package whose OpenMetrics parser is strict, PyYAML, and
-# kubernetes-validate (offline Kubernetes schemas).
+# kubernetes-validate (offline Kubernetes schemas) and helm-python-sdk (real Helm, no binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate; do
+for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     step "installing ${module##*:} (Python)"
     python3 -m pip install -q "${module##*:}" 2>/dev/null ||
@@ -56,6 +56,9 @@ embedded=$(mktemp --suffix=.yml)
 python3 scripts/build_manifests.py --check "$embedded"
 promtool check rules "$embedded"
 rm -f "$embedded"
+
+step "Helm chart: lint, render, schemas, toggles"
+python3 scripts/check_helm.py target/debug/gpu-bottleneck-exporter
 
 step "dashboards: in step with their generator; every query returns data from a real Prometheus scraping the demo node"
 python3 scripts/build_dashboards.py --check

@@ -30,29 +30,51 @@ pub fn low(value: f64, threshold: f64) -> f64 {
 pub struct WindowFigures {
     /// Whether the GPU answered on every tick of the window.
     pub up: bool,
+    /// Mean busy fraction.
     pub busy: Option<f64>,
+    /// Mean share of near-zero utilization samples.
     pub idle_share: Option<f64>,
+    /// Mean GPM SM activity.
     pub sm_activity: Option<f64>,
+    /// Mean device memory used share.
     pub memory_used_ratio: Option<f64>,
+    /// Share of ticks with a limiting throttle reason.
     pub throttled_share: Option<f64>,
+    /// Mean degrees below the slowdown temperature.
     pub thermal_margin: Option<f64>,
     /// Increase of XID and uncorrected ECC errors over the window.
     pub new_hardware_errors: Option<u64>,
+    /// A row remap is pending or failed (latest tick).
     pub remap_trouble: bool,
+    /// PCIe link below its maximum (latest tick).
     pub pcie_degraded: Option<bool>,
+    /// Mean processes on the GPU.
     pub processes: Option<f64>,
+    /// Mean share of a core used by the main process's busiest thread.
     pub busiest_thread: Option<f64>,
+    /// Mean number of loader workers.
     pub workers: Option<f64>,
+    /// Mean share of a core used by the busiest worker.
     pub workers_max_cpu: Option<f64>,
+    /// Mean workers in uninterruptible (I/O) wait.
     pub workers_disk_wait: Option<f64>,
+    /// Mean number of workers waiting for block I/O.
     pub workers_blkio: Option<f64>,
+    /// Mean cgroup throttled-period share.
     pub cgroup_throttled: Option<f64>,
+    /// Share of ticks with threads on another NUMA node than the GPU.
     pub numa_mismatch_share: Option<f64>,
+    /// Mean utilization of the busiest disk.
     pub disk_util: Option<f64>,
+    /// Mean host iowait share.
     pub iowait: Option<f64>,
+    /// Mean host PSI io "some" share.
     pub psi_io: Option<f64>,
+    /// Mean host CPU busy share.
     pub host_cpu: Option<f64>,
+    /// Mean host CPU share used outside the GPU process trees.
     pub other_cpu: Option<f64>,
+    /// Mean hypervisor steal share.
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
     pub job_gap: Option<f64>,

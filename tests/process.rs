@@ -324,3 +324,29 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
     // The parent itself only waits.
     assert!(value(&page, "gpu_process_cpu_cores", &labels).unwrap() < 0.1);
 }
+
+#[test]
+fn the_other_driver_layouts_find_the_same_pod_and_throttling() {
+    // cgroup v2 with the cgroupfs driver, cgroup v1 with the systemd driver: the same pod,
+    // found through differently shaped paths, with the same counters as their twins above.
+    for (fixture, pid, command, quota, throttled) in [
+        ("process-v2-cgroupfs", 1000, "python3", 4.0, 0.4),
+        ("process-v1-systemd", 2000, "train.py", 2.0, 0.5),
+    ] {
+        let snapshot = sample_fixture(fixture, pid, command);
+        let g = context(&snapshot)
+            .cgroup
+            .as_ref()
+            .unwrap_or_else(|| panic!("{fixture}: no cgroup"));
+        assert_eq!(
+            g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+            "{fixture}"
+        );
+        assert_eq!(
+            g.container_id, "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa99887766554433221100",
+            "{fixture}"
+        );
+        common::assert_close(g.cpu_quota_cores, quota);
+        common::assert_close(g.throttled_ratio, throttled);
+    }
+}

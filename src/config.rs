@@ -186,6 +186,34 @@ pub struct Sources {
     pub gpu: GpuSource,
     /// Host context of each GPU process: its workers, cgroup, NUMA placement.
     pub process: ProcessSource,
+    /// Pod attribution through the kubelet's pod-resources socket.
+    pub kubernetes: KubernetesSource,
+}
+
+/// Settings of the kubernetes (pod attribution) source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSource {
+    /// Whether the source runs; off Kubernetes (no socket directory) it reports itself
+    /// unsupported and stays quiet.
+    pub enabled: bool,
+    /// The kubelet's pod-resources socket.
+    pub pod_resources_socket: PathBuf,
+    /// How often the assignment is refreshed, in the background.
+    pub refresh_interval: ConfigDuration,
+    /// A GPU assigned to a pod with no process or no activity for this long is flagged.
+    pub allocated_idle_after: ConfigDuration,
+}
+
+impl Default for KubernetesSource {
+    fn default() -> Self {
+        KubernetesSource {
+            enabled: true,
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            refresh_interval: ConfigDuration(Duration::from_secs(10)),
+            allocated_idle_after: ConfigDuration(Duration::from_secs(600)),
+        }
+    }
 }
 
 /// Settings of the process-context source.

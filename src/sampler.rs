@@ -24,6 +24,8 @@ pub struct Sampler {
     /// Per source, in the same order: the last outcome (to log changes once) and error count.
     history: Vec<(Option<SourceOutcome>, u64)>,
     samples_total: u64,
+    /// The node's name, for the `node` label.
+    node: String,
 }
 
 impl Sampler {
@@ -35,6 +37,7 @@ impl Sampler {
             analyzer: Analyzer::default(),
             history,
             samples_total: 0,
+            node: std::env::var("NODE_NAME").unwrap_or_default(),
         }
     }
 
@@ -49,9 +52,17 @@ impl Sampler {
     }
 
     fn with_sources(sources: Vec<Box<dyn Source>>, config: &Config) -> Self {
+        let sampler = Sampler::new(sources);
+        // Without NODE_NAME (outside a DaemonSet), the host's name as the kernel knows it.
+        let hostname =
+            || std::fs::read_to_string(config.paths.procfs.join("sys/kernel/hostname")).ok();
+        let node = Some(sampler.node.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(hostname);
         Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
-            ..Sampler::new(sources)
+            node: node.map(|n| n.trim().to_string()).unwrap_or_default(),
+            ..sampler
         }
     }
 
@@ -60,6 +71,7 @@ impl Sampler {
         self.samples_total += 1;
         let mut snapshot = Snapshot {
             samples_total: self.samples_total,
+            node: self.node.clone(),
             ..Snapshot::default()
         };
         for (source, (last, errors_total)) in self.sources.iter_mut().zip(&mut self.history) {

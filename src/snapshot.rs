@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub samples_total: u64,
     /// The node is the built-in simulation (`--demo`), not real hardware.
     pub simulated: bool,
+    /// The node's name: `NODE_NAME` (set by the DaemonSet), else the hostname.
+    pub node: String,
 }
 
 /// Aggregate CPU time of the node, in seconds per mode since boot.
@@ -356,6 +358,13 @@ pub struct GpuDevice {
     pub processes: Vec<GpuProcess>,
     /// How many distinct processes have a context on the GPU (before the bound).
     pub process_count: Option<u32>,
+    /// The pods (and containers) the kubelet assigned the GPU to, sorted; several under
+    /// time-slicing or MIG, none when unassigned or off Kubernetes.
+    pub pods: Vec<PodRef>,
+    /// How long the GPU has been assigned to a pod with no process or no activity.
+    pub allocated_idle_seconds: Option<f64>,
+    /// Assigned but idle for longer than the configured limit.
+    pub allocated_idle: bool,
     /// Features this GPU or driver does not offer (never fetched again), sorted.
     pub unsupported: Vec<&'static str>,
 }
@@ -579,4 +588,15 @@ pub struct CgroupContext {
     pub throttled_ratio: Option<f64>,
     /// The cgroup's own pressure stall shares over the last interval (cgroup v2).
     pub pressure: Vec<PressureSnapshot>,
+}
+
+/// A container of a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
 }

@@ -21,6 +21,7 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
     config.sources.pressure.enabled = false;
     config.sources.memory.enabled = false;
     config.sources.process.enabled = false; // tests/process.rs covers it
+    config.sources.kubernetes.enabled = false; // tests/kubernetes.rs covers it
     config.sources.gpu.nvml_library = library.to_path_buf();
     config.sources.gpu.max_processes_per_gpu = 3;
     // Generous: a loaded test machine must not turn a slow read into a "timeout" golden.

@@ -83,7 +83,10 @@ metric!(SWAP_OUT_RATE, "gpu_host_swap_out_bytes_per_second", Gauge, None, [], "B
 metric!(NVML_UP, "gpu_exporter_nvml_up", Gauge, None, [], "1 if the NVML library is loaded and answering, 0 if not (then gpu_exporter_nvml_error_info says why).");
 metric!(NVML_ERROR, "gpu_exporter_nvml_error", Info, None, ["reason"], "Present while NVML is unavailable: library_not_found, driver_not_loaded, no_permission, symbol_missing, ...");
 metric!(GPU_DEVICES, "gpu_devices", Gauge, None, [], "GPUs NVML counts, including any that stopped answering.");
-metric!(GPU_INFO, "gpu", Info, None, ["gpu", "uuid", "model", "pci_bus_id", "numa_node", "cpu_affinity", "driver_version", "cuda_driver_version"], "Identity of each GPU; numa_node and cpu_affinity are empty where NVML does not say.");
+metric!(GPU_INFO, "gpu", Info, None, ["gpu", "uuid", "model", "pci_bus_id", "numa_node", "cpu_affinity", "driver_version", "cuda_driver_version", "node"], "Identity of each GPU; numa_node and cpu_affinity are empty where NVML does not say; node is NODE_NAME (or the hostname).");
+metric!(GPU_POD, "gpu_pod", Info, None, ["gpu", "uuid", "namespace", "pod", "container"], "A pod container the kubelet assigned the GPU to (several under time-slicing or MIG); absent off Kubernetes or when unassigned.");
+metric!(ALLOCATED_IDLE, "gpu_allocated_idle", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container"], "1 when the GPU is assigned to a pod but has had no process or no activity for sources.kubernetes.allocated_idle_after (10 minutes), else 0; present for assigned GPUs.");
+metric!(ALLOCATED_IDLE_SECONDS, "gpu_allocated_idle_seconds", Gauge, SECONDS, ["gpu", "uuid", "namespace", "pod", "container"], "How long the assigned GPU has been idle (present while it is).");
 metric!(GPU_UP, "gpu_up", Gauge, None, ["gpu", "uuid"], "1 if the GPU answered on the last tick, 0 if it is lost or failing (its other series are then absent).");
 metric!(GPU_FEATURE, "gpu_feature_supported", Gauge, None, ["gpu", "uuid", "feature"], "0 for a measurement this GPU or driver does not offer (learned on first use, never asked again), else 1.");
 metric!(GPU_UTIL, "gpu_utilization_ratio", Gauge, RATIO, ["gpu", "uuid"], "Share of NVML's last sample period in which a kernel ran (the classic GPU-Util; not SM occupancy).");
@@ -166,7 +169,7 @@ metric!(OTHER_CPU, "gpu_host_other_cpu_ratio", Gauge, RATIO, [], "Share of all h
 metric!(DELAY_ACCOUNTING, "gpu_host_delay_accounting_enabled", Gauge, None, [], "1 when the kernel's delay accounting (kernel.task_delayacct) is on, 0 when off; absent on kernels before 5.14 (on by default there).");
 
 // Verdicts.
-metric!(VERDICT, "gpu_bottleneck", Gauge, None, ["gpu", "uuid", "kind"], "1 while the analysis finds this bottleneck kind active on the GPU (after the window and hysteresis), else 0. Every kind is always present for every GPU.");
-metric!(VERDICT_SCORE, "gpu_bottleneck_score", Gauge, None, ["gpu", "uuid", "kind"], "How strongly the window's evidence points at this kind, 0..1 (0.5 at the rule's threshold); absent while the kind is unknown.");
-metric!(VERDICT_UNKNOWN, "gpu_bottleneck_unknown", Gauge, None, ["gpu", "uuid", "kind"], "1 when an input the kind's rule needs is missing on this GPU (no GPM, no process context, no storage signal), so it cannot be judged; else 0.");
-metric!(PRIMARY, "gpu_verdict", Gauge, None, ["gpu", "uuid", "verdict"], "1 for the GPU's primary verdict (the highest-scoring active kind, else idle, busy or undetermined), 0 for the others.");
+metric!(VERDICT, "gpu_bottleneck", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container", "kind"], "1 while the analysis finds this bottleneck kind active on the GPU (after the window and hysteresis), else 0. Every kind is always present for every GPU.");
+metric!(VERDICT_SCORE, "gpu_bottleneck_score", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container", "kind"], "How strongly the window's evidence points at this kind, 0..1 (0.5 at the rule's threshold); absent while the kind is unknown.");
+metric!(VERDICT_UNKNOWN, "gpu_bottleneck_unknown", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container", "kind"], "1 when an input the kind's rule needs is missing on this GPU (no GPM, no process context, no storage signal), so it cannot be judged; else 0.");
+metric!(PRIMARY, "gpu_verdict", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container", "verdict"], "1 for the GPU's primary verdict (the highest-scoring active kind, else idle, busy or undetermined), 0 for the others.");

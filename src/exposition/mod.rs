@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use crate::analysis::GpuVerdict;
 use crate::snapshot::{
-    DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, ProcessContext, Snapshot,
-    SourceOutcome,
+    DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, PodRef, ProcessContext,
+    Snapshot, SourceOutcome,
 };
 
 /// How a metric family behaves.
@@ -157,10 +157,11 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
     pressure_families(snapshot, &mut out);
     memory_families(snapshot, &mut out);
     if let Some(gpu) = &snapshot.gpu {
-        gpu_families(gpu, &mut out);
+        gpu_families(gpu, &snapshot.node, &mut out);
+        pod_families(gpu, &mut out);
         process_context_families(gpu, &snapshot.processes, &mut out);
     }
-    verdict_families(&snapshot.verdicts, &mut out);
+    verdict_families(&snapshot.verdicts, snapshot.gpu.as_ref(), &mut out);
     if let Some(ratio) = snapshot.other_cpu_ratio {
         out.push(Family::single(&OTHER_CPU, ratio));
     }
@@ -344,7 +345,7 @@ fn per_gpu(
     out.push(family);
 }
 
-fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
+fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Family>) {
     out.push(Family::single(&NVML_UP, flag(snapshot.nvml_up)));
     if !snapshot.nvml_up {
         let mut error = Family::new(&NVML_ERROR);
@@ -371,6 +372,7 @@ fn gpu_families(snapshot: &GpuSnapshot, out: &mut Vec<Family>) {
                 &affinity,
                 &snapshot.driver_version,
                 &snapshot.cuda_driver_version,
+                node,
             ],
             1.0,
         );
@@ -776,15 +778,35 @@ const PRIMARY_VERDICTS: [&str; 13] = [
     "hardware",
 ];
 
-fn verdict_families(verdicts: &[GpuVerdict], out: &mut Vec<Family>) {
+/// The pod labels of a GPU: its assignment, or several joined with commas (time-slicing,
+/// MIG), or empty.
+fn pod_labels(gpu: Option<&GpuDevice>) -> [String; 3] {
+    let pods = gpu.map_or(&[][..], |g| &g.pods[..]);
+    let join = |f: fn(&PodRef) -> &str| {
+        let mut values: Vec<&str> = pods.iter().map(f).collect();
+        values.dedup();
+        values.join(",")
+    };
+    [
+        join(|p| &p.namespace),
+        join(|p| &p.pod),
+        join(|p| &p.container),
+    ]
+}
+
+fn verdict_families(verdicts: &[GpuVerdict], gpus: Option<&GpuSnapshot>, out: &mut Vec<Family>) {
     let mut active = Family::new(&VERDICT);
     let mut score = Family::new(&VERDICT_SCORE);
     let mut unknown = Family::new(&VERDICT_UNKNOWN);
     let mut primary = Family::new(&PRIMARY);
     for verdict in verdicts {
         let index = verdict.index.to_string();
+        let device = gpus.and_then(|g| g.devices.iter().find(|d| d.uuid == verdict.uuid));
+        let [namespace, pod, container] = pod_labels(device);
+        let base = [index.as_str(), &verdict.uuid, &namespace, &pod, &container];
+        let with = |last: &'static str| [base[0], base[1], base[2], base[3], base[4], last];
         for kind in &verdict.kinds {
-            let labels = [index.as_str(), &verdict.uuid, kind.scored.kind.name()];
+            let labels = with(kind.scored.kind.name());
             active.add(&labels, flag(kind.active));
             unknown.add(&labels, flag(kind.scored.score.is_none()));
             if let Some(value) = kind.scored.score {
@@ -792,13 +814,33 @@ fn verdict_families(verdicts: &[GpuVerdict], out: &mut Vec<Family>) {
             }
         }
         for name in PRIMARY_VERDICTS {
-            primary.add(
-                &[&index, &verdict.uuid, name],
-                flag(verdict.primary.name() == name),
-            );
+            primary.add(&with(name), flag(verdict.primary.name() == name));
         }
     }
     out.extend([active, score, unknown, primary]);
+}
+
+/// Pod assignments of the GPUs (kubelet pod-resources) and allocated-but-idle flags.
+fn pod_families(gpu: &GpuSnapshot, out: &mut Vec<Family>) {
+    let mut pods = Family::new(&GPU_POD);
+    let mut idle = Family::new(&ALLOCATED_IDLE);
+    let mut idle_seconds = Family::new(&ALLOCATED_IDLE_SECONDS);
+    for device in gpu.devices.iter().filter(|d| !d.pods.is_empty()) {
+        let index = device.index.to_string();
+        for p in &device.pods {
+            pods.add(
+                &[&index, &device.uuid, &p.namespace, &p.pod, &p.container],
+                1.0,
+            );
+        }
+        let [namespace, pod, container] = pod_labels(Some(device));
+        let labels = [index.as_str(), &device.uuid, &namespace, &pod, &container];
+        idle.add(&labels, flag(device.allocated_idle));
+        if let Some(seconds) = device.allocated_idle_seconds {
+            idle_seconds.add(&labels, seconds);
+        }
+    }
+    out.extend([pods, idle, idle_seconds]);
 }
 
 fn flag(value: bool) -> f64 {

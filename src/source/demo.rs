@@ -10,9 +10,9 @@ use super::{Source, SourceError};
 use crate::snapshot::{
     BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, DiskCounters, DiskRates,
     DiskSnapshot, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
-    GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState, PcieLink, Pressure,
-    PressureLine, PressureRates, PressureSnapshot, ProcessContext, RemappedRows, Snapshot,
-    WorkerSummary,
+    GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState, PcieLink, PodRef,
+    Pressure, PressureLine, PressureRates, PressureSnapshot, ProcessContext, RemappedRows,
+    Snapshot, WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -247,9 +247,28 @@ impl DemoSource {
             mig_devices: Vec::new(),
             processes: gpu_processes,
             process_count: Some(processes),
+            pods: vec![Self::pod(index, role)],
+            // The idle GPU is assigned to a notebook nobody uses: allocated but idle.
+            allocated_idle_seconds: (role == Role::Idle).then_some(seconds + 3600.0),
+            allocated_idle: role == Role::Idle,
             unsupported: Vec::new(),
         };
         (device, contexts)
+    }
+
+    /// The pod each simulated GPU is assigned to.
+    fn pod(index: usize, role: Role) -> PodRef {
+        let (namespace, pod) = match role {
+            Role::JobFastRank | Role::JobSlowRank => ("nlp", "llm-ddp-0".to_string()),
+            Role::Idle => ("research", "notebook-7".to_string()),
+            _ if index < 6 => ("vision", format!("train-{index}")),
+            _ => ("nlp", format!("finetune-{index}")),
+        };
+        PodRef {
+            namespace: namespace.into(),
+            pod,
+            container: "trainer".into(),
+        }
     }
 
     fn context(index: usize, role: Role, pid: u32, numa: u32, main: bool) -> ProcessContext {

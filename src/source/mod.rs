@@ -6,6 +6,8 @@
 pub mod demo;
 pub mod gpu;
 pub mod host;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod process;
 
 use std::io;
@@ -114,6 +116,13 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
         enabled.push(Box::new(process::ProcessSource::new(
             roots,
             sources.process.clone(),
+        )));
+    }
+    // After gpu: it matches the kubelet's device ids to the GPUs the gpu source found.
+    #[cfg(feature = "kubernetes")]
+    if sources.kubernetes.enabled && sources.gpu.enabled {
+        enabled.push(Box::new(kubernetes::KubernetesSource::new(
+            sources.kubernetes.clone(),
         )));
     }
     enabled

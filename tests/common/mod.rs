@@ -154,6 +154,7 @@ impl Drop for Exporter {
 pub fn render_pinned(snapshot: &gpu_bottleneck_exporter::snapshot::Snapshot) -> (String, String) {
     use gpu_bottleneck_exporter::exposition::{render, Format};
     let mut snapshot = snapshot.clone();
+    snapshot.node = "test-node".into(); // NODE_NAME or the hostname otherwise
     for status in &mut snapshot.sources {
         status.duration_seconds = 0.001;
     }

@@ -111,8 +111,11 @@ DASHBOARDS = {
     "pod-processes.json": dashboard(
         "gbe-pod", "GPU pods and processes",
         "The GPU processes of a pod: GPU use, CPU, loader workers, throttling.",
-        [variable("pod", "Pod UID", 'label_values(gpu_process_cgroup_info{pod_uid!=""}, pod_uid)')],
+        [variable("namespace", "Namespace", "label_values(gpu_pod_info, namespace)"), variable("pod", "Pod UID", 'label_values(gpu_process_cgroup_info{pod_uid!=""}, pod_uid)')],
         [
+            panel("GPUs assigned in the namespace", "table", ['gpu_pod_info{namespace=~"$namespace"}'], 0, 30, w=12, h=6,
+                  description="The kubelet's assignment of GPUs to pods and containers."),
+            panel("Primary verdicts in the namespace", "table", ['gpu_verdict{namespace=~"$namespace"} == 1'], 12, 30, w=12, h=6),
             panel("Processes", "table", ['gpu_process_cgroup_info{pod_uid=~"$pod"}'], 0, 0, w=24, h=6),
             panel("GPU memory per process", "timeseries", [f"gpu_process_memory_used_bytes * {POD_JOIN}"], 0, 6, unit="bytes", legend=["GPU {{gpu}} pid {{pid}}"]),
             panel("SM utilization per process", "timeseries", [f"gpu_process_sm_utilization_ratio * {POD_JOIN}"], 12, 6, unit="percentunit", legend=["GPU {{gpu}} pid {{pid}}"]),

@@ -361,6 +361,8 @@ pub struct GpuDevice {
     /// The pods (and containers) the kubelet assigned the GPU to, sorted; several under
     /// time-slicing or MIG, none when unassigned or off Kubernetes.
     pub pods: Vec<PodRef>,
+    /// Whether the kubelet can hand the GPU (or its MIG devices) to pods (`None` off Kubernetes).
+    pub allocatable: Option<bool>,
     /// How long the GPU has been assigned to a pod with no process or no activity.
     pub allocated_idle_seconds: Option<f64>,
     /// Assigned but idle for longer than the configured limit.

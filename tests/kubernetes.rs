@@ -15,29 +15,31 @@ use std::task::{Context, Poll};
 use common::exposition::{value, Family};
 use common::{Exporter, Scenario};
 use gpu_bottleneck_exporter::source::kubernetes::proto::{
-    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse,
-    PodResources,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
+    ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 use tonic::codegen::http;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// The answer the fake kubelet gives to `List`.
+/// The answers the fake kubelet gives to `List` and `GetAllocatableResources`.
 #[derive(Clone, Default)]
 struct Lister {
     answer: Arc<Mutex<ListPodResourcesResponse>>,
+    allocatable: Arc<Mutex<AllocatableResourcesResponse>>,
 }
 
 impl tonic::server::NamedService for Lister {
     const NAME: &'static str = "v1.PodResourcesLister";
 }
 
-struct ListCall(ListPodResourcesResponse);
+/// A unary method that answers `R` whatever it is asked.
+struct Reply<R>(R);
 
-impl tonic::server::UnaryService<ListPodResourcesRequest> for ListCall {
-    type Response = ListPodResourcesResponse;
-    type Future = BoxFuture<Result<tonic::Response<Self::Response>, tonic::Status>>;
-    fn call(&mut self, _: tonic::Request<ListPodResourcesRequest>) -> Self::Future {
+impl<Q: Send + 'static, R: Clone + Send + 'static> tonic::server::UnaryService<Q> for Reply<R> {
+    type Response = R;
+    type Future = BoxFuture<Result<tonic::Response<R>, tonic::Status>>;
+    fn call(&mut self, _: tonic::Request<Q>) -> Self::Future {
         let answer = self.0.clone();
         Box::pin(async move { Ok(tonic::Response::new(answer)) })
     }
@@ -53,15 +55,29 @@ impl tower::Service<http::Request<tonic::body::Body>> for Lister {
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let answer = self.answer.lock().unwrap().clone();
+        let (answer, allocatable) = (
+            self.answer.lock().unwrap().clone(),
+            self.allocatable.lock().unwrap().clone(),
+        );
         Box::pin(async move {
-            if request.uri().path() != "/v1.PodResourcesLister/List" {
-                let unimplemented = tonic::Status::unimplemented("only List");
-                return Ok(unimplemented.into_http());
-            }
-            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
-                .max_encoding_message_size(usize::MAX);
-            Ok(grpc.unary(ListCall(answer), request).await)
+            Ok(match request.uri().path() {
+                "/v1.PodResourcesLister/List" => {
+                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+                        ListPodResourcesResponse,
+                        ListPodResourcesRequest,
+                    >::default())
+                    .max_encoding_message_size(usize::MAX);
+                    grpc.unary(Reply(answer), request).await
+                }
+                "/v1.PodResourcesLister/GetAllocatableResources" => {
+                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+                        AllocatableResourcesResponse,
+                        AllocatableResourcesRequest,
+                    >::default());
+                    grpc.unary(Reply(allocatable), request).await
+                }
+                _ => tonic::Status::unimplemented("not served by this fake kubelet").into_http(),
+            })
         })
     }
 }
@@ -364,6 +380,7 @@ fn pod_series_match_the_golden_file() {
                     uuid: "GPU-a".into(),
                     up: true,
                     pods: vec![owner("ml", "train-0")],
+                    allocatable: Some(true),
                     ..GpuDevice::default()
                 },
                 GpuDevice {

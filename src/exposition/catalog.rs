@@ -85,6 +85,7 @@ metric!(NVML_ERROR, "gpu_exporter_nvml_error", Info, None, ["reason"], "Present 
 metric!(GPU_DEVICES, "gpu_devices", Gauge, None, [], "GPUs NVML counts, including any that stopped answering.");
 metric!(GPU_INFO, "gpu", Info, None, ["gpu", "uuid", "model", "pci_bus_id", "numa_node", "cpu_affinity", "driver_version", "cuda_driver_version", "node"], "Identity of each GPU; numa_node and cpu_affinity are empty where NVML does not say; node is NODE_NAME (or the hostname).");
 metric!(GPU_POD, "gpu_pod", Info, None, ["gpu", "uuid", "namespace", "pod", "container"], "A pod container the kubelet assigned the GPU to (several under time-slicing or MIG); absent off Kubernetes or when unassigned.");
+metric!(ALLOCATABLE, "gpu_allocatable", Gauge, None, ["gpu", "uuid"], "1 when the kubelet's device plugin can hand the GPU (or its MIG devices) to pods, 0 when it cannot (not advertised); absent off Kubernetes.");
 metric!(ALLOCATED_IDLE, "gpu_allocated_idle", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container"], "1 when the GPU is assigned to a pod but has had no process or no activity for sources.kubernetes.allocated_idle_after (10 minutes), else 0; present for assigned GPUs.");
 metric!(ALLOCATED_IDLE_SECONDS, "gpu_allocated_idle_seconds", Gauge, SECONDS, ["gpu", "uuid", "namespace", "pod", "container"], "How long the assigned GPU has been idle (present while it is).");
 metric!(GPU_UP, "gpu_up", Gauge, None, ["gpu", "uuid"], "1 if the GPU answered on the last tick, 0 if it is lost or failing (its other series are then absent).");

@@ -841,6 +841,7 @@ fn pod_families(gpu: &GpuSnapshot, out: &mut Vec<Family>) {
         }
     }
     out.extend([pods, idle, idle_seconds]);
+    per_gpu(out, &ALLOCATABLE, &gpu.devices, |g| g.allocatable.map(flag));
 }
 
 fn flag(value: bool) -> f64 {

@@ -248,6 +248,7 @@ impl DemoSource {
             processes: gpu_processes,
             process_count: Some(processes),
             pods: vec![Self::pod(index, role)],
+            allocatable: Some(true),
             // The idle GPU is assigned to a notebook nobody uses: allocated but idle.
             allocated_idle_seconds: (role == Role::Idle).then_some(seconds + 3600.0),
             allocated_idle: role == Role::Idle,

@@ -64,13 +64,23 @@ pub fn device_matches(device_id: &str, gpu_uuid: &str, mig_uuids: &[String]) -> 
 /// The latest answer of the kubelet, shared between the refresh thread and the source.
 #[derive(Debug, Default, Clone)]
 struct Latest {
-    assignments: Option<Vec<Assignment>>,
+    answer: Option<Answer>,
     error: Option<String>,
     refreshes: u64,
 }
 
-/// Asks the kubelet's pod-resources `List` once.
-pub async fn list(socket: &Path) -> Result<Vec<Assignment>, String> {
+/// What one refresh learns: the assignments (`List`) and the device ids the kubelet can hand
+/// out at all (`GetAllocatableResources`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// Devices assigned to containers.
+    pub assignments: Vec<Assignment>,
+    /// Device ids the kubelet manages, assigned or not.
+    pub allocatable: Vec<String>,
+}
+
+/// Asks the kubelet's pod-resources API once, over its unix socket.
+pub async fn ask(socket: &Path) -> Result<Answer, String> {
     use tonic::transport::{Endpoint, Uri};
     let socket = socket.to_path_buf();
     // The URI is required by the API but unused: the connector dials the unix socket.
@@ -89,21 +99,40 @@ pub async fn list(socket: &Path) -> Result<Vec<Assignment>, String> {
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let list: proto::ListPodResourcesResponse =
+        unary(&mut grpc, proto::LIST, proto::ListPodResourcesRequest {}).await?;
+    let allocatable: proto::AllocatableResourcesResponse = unary(
+        &mut grpc,
+        proto::GET_ALLOCATABLE,
+        proto::AllocatableResourcesRequest {},
+    )
+    .await?;
+    Ok(Answer {
+        assignments: assignments(&list),
+        allocatable: allocatable
+            .devices
+            .into_iter()
+            .flat_map(|d| d.device_ids)
+            .collect(),
+    })
+}
+
+async fn unary<Q, R>(
+    grpc: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    method: &'static str,
+    request: Q,
+) -> Result<R, String>
+where
+    Q: prost::Message + Send + Sync + 'static,
+    R: prost::Message + Default + Send + Sync + 'static,
+{
     grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
-    let codec = tonic_prost::ProstCodec::<
-        proto::ListPodResourcesRequest,
-        proto::ListPodResourcesResponse,
-    >::default();
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(proto::LIST);
-    let response = grpc
-        .unary(
-            tonic::Request::new(proto::ListPodResourcesRequest {}),
-            path,
-            codec,
-        )
+    let codec = tonic_prost::ProstCodec::<Q, R>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+    grpc.unary(tonic::Request::new(request), path, codec)
         .await
-        .map_err(|status| format!("List failed: {} {}", status.code(), status.message()))?;
-    Ok(assignments(response.get_ref()))
+        .map(tonic::Response::into_inner)
+        .map_err(|status| format!("{method} failed: {} {}", status.code(), status.message()))
 }
 
 fn refresh_loop(
@@ -124,7 +153,7 @@ fn refresh_loop(
         }
     };
     while !stop.load(Ordering::Relaxed) {
-        let result = runtime.block_on(list(&socket));
+        let result = runtime.block_on(ask(&socket));
         {
             let mut latest = latest.lock().unwrap_or_else(|p| p.into_inner());
             latest.refreshes += 1;
@@ -133,7 +162,7 @@ fn refresh_loop(
                     if latest.error.take().is_some() {
                         tracing::info!(socket = %socket.display(), "kubelet pod-resources answering again");
                     }
-                    latest.assignments = Some(found);
+                    latest.answer = Some(found);
                 }
                 Err(error) => {
                     if latest.error.as_deref() != Some(error.as_str()) {
@@ -225,7 +254,11 @@ impl Source for KubernetesSource {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let Some(assignments) = latest.assignments else {
+        let Some(Answer {
+            assignments,
+            allocatable,
+        }) = latest.answer
+        else {
             return match latest.error {
                 Some(error) => Err(SourceError::Failed(error)),
                 // The first refresh has not finished yet.
@@ -242,6 +275,11 @@ impl Source for KubernetesSource {
                 .collect();
             owners.sort();
             owners.dedup();
+            gpu.allocatable = Some(
+                allocatable
+                    .iter()
+                    .any(|id| device_matches(id, &gpu.uuid, &migs)),
+            );
             let idle = gpu.up
                 && (gpu.process_count == Some(0) || gpu.busy.is_some_and(|b| b.max_ratio <= 0.05));
             if !owners.is_empty() && idle {

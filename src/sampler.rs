@@ -12,7 +12,6 @@ use tokio::sync::watch;
 use crate::analysis::Analyzer;
 use crate::config::Config;
 use crate::exposition::{self, Exposition};
-use crate::report;
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
 use crate::source::{Source, SourceError};
 
@@ -143,10 +142,7 @@ pub fn run(
         let tick_started = Instant::now();
         let snapshot = sampler.tick(tick_started - start);
         let tick_seconds = tick_started.elapsed().as_secs_f64();
-        let mut exposition = exposition::render(&snapshot, tick_seconds, tick_started);
-        exposition.diagnosis = report::diagnosis_json(&snapshot.verdicts, snapshot.simulated)
-            .to_string()
-            .into_bytes();
+        let exposition = exposition::render(&snapshot, tick_seconds, tick_started);
         publish.send_replace(Some(Arc::new(exposition)));
 
         let now = Instant::now();

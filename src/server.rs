@@ -13,6 +13,7 @@ use flate2::Compression;
 use tokio::sync::watch;
 
 use crate::exposition::Format;
+use crate::report;
 use crate::sampler::Published;
 
 /// The routes: `/metrics`, `/healthz`, `/readyz` and the landing page `/`.
@@ -61,7 +62,8 @@ async fn diagnosis(State(published): State<watch::Receiver<Published>>) -> Respo
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let json = HeaderValue::from_static("application/json");
-    ([(header::CONTENT_TYPE, json)], exposition.diagnosis.clone()).into_response()
+    let body = report::diagnosis_json(&exposition.verdicts, exposition.simulated).to_string();
+    ([(header::CONTENT_TYPE, json)], body).into_response()
 }
 
 async fn ready(State(published): State<watch::Receiver<Published>>) -> Response {

@@ -107,8 +107,10 @@ pub struct Exposition {
     pub openmetrics: Vec<u8>,
     /// When the snapshot behind it was taken.
     pub sampled_at: Instant,
-    /// The diagnosis document of the same snapshot (JSON), for `/api/v1/diagnosis`.
-    pub diagnosis: Vec<u8>,
+    /// The verdicts of the same snapshot, for `/api/v1/diagnosis` (rendered only when asked).
+    pub verdicts: Vec<GpuVerdict>,
+    /// Whether the snapshot is the simulated node.
+    pub simulated: bool,
 }
 
 impl Exposition {
@@ -138,7 +140,8 @@ pub fn render(snapshot: &Snapshot, tick_seconds: f64, sampled_at: Instant) -> Ex
         text: encode(&families, Format::Text).into_bytes(),
         openmetrics: encode(&families, Format::OpenMetrics).into_bytes(),
         sampled_at,
-        diagnosis: Vec::new(),
+        verdicts: snapshot.verdicts.clone(),
+        simulated: snapshot.simulated,
     }
 }
 

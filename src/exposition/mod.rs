@@ -85,15 +85,17 @@ impl Family {
         }
     }
 
-    fn add(&mut self, labels: &[&str], value: f64) {
+    fn add<S: AsRef<str>>(&mut self, labels: &[S], value: f64) {
         debug_assert_eq!(labels.len(), self.def.labels.len(), "{}", self.def.name);
-        self.samples
-            .push((labels.iter().map(|l| l.to_string()).collect(), value));
+        self.samples.push((
+            labels.iter().map(|l| l.as_ref().to_string()).collect(),
+            value,
+        ));
     }
 
     fn single(def: &'static MetricDef, value: f64) -> Self {
         let mut family = Family::new(def);
-        family.add(&[], value);
+        family.add::<&str>(&[], value);
         family
     }
 }
@@ -342,7 +344,7 @@ fn per_gpu(
     let mut family = Family::new(def);
     for gpu in gpus.iter().filter(|g| g.up) {
         if let Some(v) = value(gpu) {
-            family.add(&[&gpu.index.to_string(), &gpu.uuid], v);
+            family.add(&gpu_key(gpu), v);
         }
     }
     out.push(family);
@@ -379,11 +381,12 @@ fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Family>) {
             ],
             1.0,
         );
-        up.add(&[&index, &gpu.uuid], flag(gpu.up));
+        let key = gpu_key(gpu);
+        up.add(&key, flag(gpu.up));
         if gpu.up {
             for feature in crate::source::gpu::FEATURES {
                 features.add(
-                    &[&index, &gpu.uuid, feature],
+                    &key_and(&key, feature),
                     flag(!gpu.unsupported.contains(&feature)),
                 );
             }
@@ -430,18 +433,18 @@ fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Family>) {
     let mut throttle = Family::new(&GPU_THROTTLE);
     let mut ecc = Family::new(&GPU_ECC);
     for gpu in gpus.iter().filter(|g| g.up) {
-        let index = gpu.index.to_string();
+        let key = gpu_key(gpu);
         for c in &gpu.clocks {
             if let Some(hertz) = c.hertz {
-                clock.add(&[&index, &gpu.uuid, c.domain], hertz);
+                clock.add(&key_and(&key, c.domain), hertz);
             }
             if let Some(hertz) = c.max_hertz {
-                clock_max.add(&[&index, &gpu.uuid, c.domain], hertz);
+                clock_max.add(&key_and(&key, c.domain), hertz);
             }
         }
         if let Some(bits) = gpu.throttle_reasons {
             for (reason, bit) in THROTTLE_REASONS {
-                throttle.add(&[&index, &gpu.uuid, reason], flag(bits & bit != 0));
+                throttle.add(&key_and(&key, reason), flag(bits & bit != 0));
             }
         }
         for (kind, count) in [
@@ -449,7 +452,7 @@ fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Family>) {
             ("uncorrected", gpu.ecc_uncorrected),
         ] {
             if let Some(count) = count {
-                ecc.add(&[&index, &gpu.uuid, kind], count as f64);
+                ecc.add(&key_and(&key, kind), count as f64);
             }
         }
     }
@@ -515,27 +518,24 @@ fn gpu_health_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
     let mut links = Family::new(&NVLINK_ACTIVE);
     let mut xids = Family::new(&XID_ERRORS);
     for gpu in gpus.iter().filter(|g| g.up) {
-        let index = gpu.index.to_string();
+        let key = gpu_key(gpu);
         for (limit, seconds) in [
             ("power", gpu.violation_power_seconds),
             ("thermal", gpu.violation_thermal_seconds),
         ] {
             if let Some(seconds) = seconds {
-                limited.add(&[&index, &gpu.uuid, limit], seconds);
+                limited.add(&key_and(&key, limit), seconds);
             }
         }
         if let Some(rows) = gpu.remapped_rows {
-            remapped.add(&[&index, &gpu.uuid, "correctable"], rows.correctable as f64);
-            remapped.add(
-                &[&index, &gpu.uuid, "uncorrectable"],
-                rows.uncorrectable as f64,
-            );
+            remapped.add(&key_and(&key, "correctable"), rows.correctable as f64);
+            remapped.add(&key_and(&key, "uncorrectable"), rows.uncorrectable as f64);
         }
         for (link, active) in gpu.nvlink.iter().flat_map(|n| n.links.iter().enumerate()) {
-            links.add(&[&index, &gpu.uuid, &link.to_string()], flag(*active));
+            links.add(&key_and(&key, &link.to_string()), flag(*active));
         }
         for (code, count) in &gpu.xid_errors {
-            xids.add(&[&index, &gpu.uuid, &code.to_string()], *count as f64);
+            xids.add(&key_and(&key, &code.to_string()), *count as f64);
         }
     }
     out.extend([limited, remapped]);
@@ -646,7 +646,7 @@ fn process_context_families(gpu: &GpuSnapshot, contexts: &[ProcessContext], out:
             .filter(|job| !job.is_empty())
             .collect();
         for job in jobs {
-            slurm_jobs.add(&[&index, &device.uuid, job], 1.0);
+            slurm_jobs.add(&key_and(&gpu_key(device), job), 1.0);
         }
         for process in &device.processes {
             let Some(c) = by_pid.get(&process.pid) else {
@@ -780,6 +780,23 @@ const PRIMARY_VERDICTS: [&str; 13] = [
     "throttling",
     "hardware",
 ];
+
+/// The labels every GPU-level series starts with: index, UUID and the GPU's pod labels.
+fn gpu_key(gpu: &GpuDevice) -> [String; 5] {
+    let [namespace, pod, container] = pod_labels(Some(gpu));
+    [
+        gpu.index.to_string(),
+        gpu.uuid.clone(),
+        namespace,
+        pod,
+        container,
+    ]
+}
+
+/// A GPU key followed by one more label value.
+fn key_and<'a>(key: &'a [String; 5], extra: &'a str) -> [&'a str; 6] {
+    [&key[0], &key[1], &key[2], &key[3], &key[4], extra]
+}
 
 /// The pod labels of a GPU: its assignment, or several joined with commas (time-slicing,
 /// MIG), or empty.

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""Checks the Helm chart with real Helm (helm-python-sdk embeds it): lint, offline render with
-default and changed values, Kubernetes schemas of the rendered objects, values.schema.json
-rejecting bad values, the rendered PrometheusRule equal to deploy/rules, and the rendered
-exporter config accepted by the exporter itself.
+"""Checks the Helm chart with real Helm (helm-python-sdk embeds Helm v4) and the deploy/
+manifests:
+
+- strict lint; offline render of the default values and of every ci/*-values.yaml;
+- every rendered object and every file in deploy/kubernetes against the Kubernetes schemas
+  (kubernetes-validate --strict) or, for ServiceMonitor, PodMonitor and PrometheusRule, the
+  shapes the Prometheus Operator's CRDs require;
+- values.schema.json rejecting bad values; the rendered exporter config accepted by the
+  exporter itself; the rendered PrometheusRule equal to deploy/rules;
+- the rendered DaemonSet matching deploy/kubernetes/daemonset.yaml in every field that
+  matters (privileges, host access, scheduling, probes, ports, environment).
 
 Usage: scripts/check_helm.py EXPORTER_BINARY
 """
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +25,7 @@ import yaml
 
 CHART = "helm/gpu-bottleneck-exporter"
 CORE_KINDS = {"ServiceAccount", "ConfigMap", "DaemonSet", "Service"}
+DURATION = re.compile(r"^[0-9]+(ms|s|m|h)$")
 
 
 def objects(chart, values=None):
@@ -27,16 +36,84 @@ def objects(chart, values=None):
     return found
 
 
-def by_kind(found, kind):
-    return [o for o in found if o["kind"] == kind]
+def monitoring_shape(o):
+    """The fields the monitoring.coreos.com/v1 CRDs require, with their types."""
+    problems = []
+    kind, spec, where = o["kind"], o.get("spec", {}), f"{o['kind']} {o['metadata'].get('name')}"
+    if o.get("apiVersion") != "monitoring.coreos.com/v1":
+        problems.append(f"{where}: apiVersion {o.get('apiVersion')}")
+    if kind in ("ServiceMonitor", "PodMonitor"):
+        if not isinstance(spec.get("selector", {}).get("matchLabels"), dict):
+            problems.append(f"{where}: spec.selector.matchLabels missing")
+        endpoints = spec.get("endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints")
+        if not isinstance(endpoints, list) or not endpoints:
+            problems.append(f"{where}: no endpoints")
+        for e in endpoints or []:
+            if not isinstance(e.get("port"), str):
+                problems.append(f"{where}: endpoint port must be a port name")
+            for key in ("interval", "scrapeTimeout"):
+                if key in e and not DURATION.match(str(e[key])):
+                    problems.append(f"{where}: {key} {e[key]!r} is not a duration")
+            for r in e.get("relabelings", []):
+                if not isinstance(r.get("sourceLabels", []), list) or "targetLabel" not in r:
+                    problems.append(f"{where}: malformed relabeling {r}")
+    elif kind == "PrometheusRule":
+        for group in spec.get("groups", []):
+            if not group.get("name") or not group.get("rules"):
+                problems.append(f"{where}: group without name or rules")
+            for rule in group.get("rules", []):
+                if not isinstance(rule.get("expr"), str) or ("record" in rule) == ("alert" in rule):
+                    problems.append(f"{where}: malformed rule {rule.get('record') or rule.get('alert')}")
+                if "for" in rule and not DURATION.match(str(rule["for"])):
+                    problems.append(f"{where}: for {rule['for']!r}")
+    return problems
+
+
+def validate(found, work, label):
+    problems = []
+    paths = []
+    for i, o in enumerate(found):
+        if o["kind"] in CORE_KINDS:
+            path = os.path.join(work, f"{label}-{i}-{o['kind']}.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(o, f)
+            paths.append(path)
+        else:
+            problems.extend(f"{label}: {p}" for p in monitoring_shape(o))
+    result = subprocess.run(["kubernetes-validate", "--strict", "--quiet", *paths], capture_output=True, text=True)
+    if result.returncode != 0:
+        problems.append(f"{label}: kubernetes-validate: {result.stdout}{result.stderr}")
+    return problems
+
+
+def pod_spec_essentials(daemonset):
+    pod = daemonset["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    return {
+        "hostPID": pod.get("hostPID"),
+        "runtimeClassName": pod.get("runtimeClassName"),
+        "priorityClassName": pod.get("priorityClassName"),
+        "automountServiceAccountToken": pod.get("automountServiceAccountToken"),
+        "tolerations": pod.get("tolerations"),
+        "affinity": pod.get("affinity"),
+        "podSecurityContext": pod.get("securityContext"),
+        "securityContext": container.get("securityContext"),
+        "resources": container.get("resources"),
+        "ports": container.get("ports"),
+        "readinessProbe": container.get("readinessProbe"),
+        "livenessProbe": container.get("livenessProbe"),
+        "env": container.get("env"),
+        "hostPaths": sorted((v["hostPath"]["path"], v["hostPath"].get("type")) for v in pod["volumes"] if "hostPath" in v),
+        "readOnlyMounts": sorted((m["mountPath"], m.get("readOnly")) for m in container["volumeMounts"] if m["mountPath"].startswith(("/host", "/var/lib/kubelet"))),
+    }
 
 
 def main():
     binary = sys.argv[1]
     problems = []
-    lint = helm.lint(CHART)
-    if lint["errors"] or any(m["severity"] >= 3 for m in lint["messages"]):
-        problems.append(f"helm lint: {lint}")
+    lint = helm.lint(CHART, strict=True)
+    if lint["errors"] or any(m["severity"] >= 2 for m in lint["messages"]):
+        problems.append(f"helm lint --strict: {lint}")
     chart = helm.Chart.load(CHART)
     found = objects(chart)
     kinds = sorted(o["kind"] for o in found)
@@ -45,15 +122,21 @@ def main():
         problems.append(f"default render has {kinds}, expected {expected}")
 
     with tempfile.TemporaryDirectory() as work:
-        paths = []
-        for i, o in enumerate(o for o in found if o["kind"] in CORE_KINDS):
-            path = os.path.join(work, f"{i}-{o['kind']}.yaml")
-            with open(path, "w") as f:
-                yaml.safe_dump(o, f)
-            paths.append(path)
-        result = subprocess.run(["kubernetes-validate", "--strict", "--quiet", *paths], capture_output=True, text=True)
-        if result.returncode != 0:
-            problems.append(f"kubernetes-validate: {result.stdout}{result.stderr}")
+        problems.extend(validate(found, work, "defaults"))
+        variants = sorted(glob.glob(f"{CHART}/ci/*-values.yaml"))
+        for path in variants:
+            with open(path) as f:
+                values = yaml.safe_load(f)
+            chart.validate_schema(values)
+            problems.extend(validate(objects(chart, values), work, os.path.basename(path)))
+        deploy = []
+        for path in sorted(glob.glob("deploy/kubernetes/*.yaml")):
+            if path.endswith("kustomization.yaml"):
+                continue
+            with open(path) as f:
+                deploy.extend(d for d in yaml.safe_load_all(f) if d)
+        problems.extend(validate(deploy, work, "deploy"))
+
         config = next(o for o in found if o["kind"] == "ConfigMap" and "config.yaml" in o["data"])["data"]["config.yaml"]
         config_path = os.path.join(work, "config.yaml")
         with open(config_path, "w") as f:
@@ -66,22 +149,23 @@ def main():
     for path in sorted(glob.glob("deploy/rules/*.yml")):
         with open(path) as f:
             groups.extend(yaml.safe_load(f)["groups"])
-    rendered_groups = by_kind(found, "PrometheusRule")[0]["spec"]["groups"]
-    if rendered_groups != groups:
+    if next(o for o in found if o["kind"] == "PrometheusRule")["spec"]["groups"] != groups:
         problems.append("the chart's PrometheusRule differs from deploy/rules")
+
+    rendered = pod_spec_essentials(next(o for o in found if o["kind"] == "DaemonSet"))
+    with open("deploy/kubernetes/daemonset.yaml") as f:
+        manifest = pod_spec_essentials(yaml.safe_load(f))
+    for field, value in manifest.items():
+        if rendered[field] != value:
+            problems.append(f"DaemonSet {field} differs: chart {rendered[field]!r} vs deploy {value!r}")
 
     changed = objects(chart, {"serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}, "rules": {"enabled": False},
                               "dashboards": {"enabled": False}, "extraLabels": {"team": "ml-platform"}, "nodeSelector": {"pool": "gpu"}})
-    changed_kinds = sorted(o["kind"] for o in changed)
-    if changed_kinds != ["ConfigMap", "DaemonSet", "PodMonitor", "Service", "ServiceAccount"]:
-        problems.append(f"toggles not honoured: {changed_kinds}")
-    daemonset = by_kind(changed, "DaemonSet")[0]
+    if sorted(o["kind"] for o in changed) != ["ConfigMap", "DaemonSet", "PodMonitor", "Service", "ServiceAccount"]:
+        problems.append(f"toggles not honoured: {sorted(o['kind'] for o in changed)}")
+    daemonset = next(o for o in changed if o["kind"] == "DaemonSet")
     if daemonset["metadata"]["labels"].get("team") != "ml-platform" or daemonset["spec"]["template"]["spec"].get("nodeSelector") != {"pool": "gpu"}:
         problems.append("extraLabels or nodeSelector not applied to the DaemonSet")
-    pod = daemonset["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    if not (pod["securityContext"]["runAsNonRoot"] and container["securityContext"]["readOnlyRootFilesystem"] and container["securityContext"]["capabilities"]["drop"] == ["ALL"]):
-        problems.append("least-privilege security context lost")
 
     for bad in ({"service": {"port": "http"}}, {"serviceMonitor": {"interval": "often"}}, {"unknownKey": 1}, {"image": {"pullPolicy": "Sometimes"}}):
         try:
@@ -92,7 +176,8 @@ def main():
 
     if problems:
         sys.exit("\n".join(problems))
-    print(f"chart lints, renders {len(found)} objects that pass their schemas, honours its toggles and rejects bad values")
+    print(f"chart lints strictly; defaults and {len(variants)} ci variants render objects that pass the Kubernetes schemas and CRD shapes, "
+          f"as do deploy/'s {len(deploy)} objects; the DaemonSets agree; toggles honoured; bad values rejected")
 
 
 if __name__ == "__main__":

@@ -352,7 +352,10 @@ impl ConfigDuration {
         if !(seconds > 0.0 && seconds.is_finite()) {
             return Err(format!("invalid duration {text:?}: {expected}"));
         }
-        Ok(ConfigDuration(Duration::from_secs_f64(seconds)))
+        // Found by tests/fuzz.rs: a duration past u64 seconds must be an error, not a panic.
+        Duration::try_from_secs_f64(seconds)
+            .map(ConfigDuration)
+            .map_err(|_| format!("invalid duration {text:?}: too long; {expected}"))
     }
 }
 
@@ -567,7 +570,16 @@ mod tests {
             ConfigDuration::parse("2m").unwrap().0,
             Duration::from_secs(120)
         );
-        for bad in ["", "1", "s", "0ms", "-1s", "1d", "1 s x"] {
+        for bad in [
+            "",
+            "1",
+            "s",
+            "0ms",
+            "-1s",
+            "1d",
+            "1 s x",
+            "99999999999999999999999999999999999991s",
+        ] {
             assert!(ConfigDuration::parse(bad).is_err(), "{bad}");
         }
     }

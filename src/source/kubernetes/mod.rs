@@ -66,7 +66,6 @@ pub fn device_matches(device_id: &str, gpu_uuid: &str, mig_uuids: &[String]) -> 
 struct Latest {
     answer: Option<Answer>,
     error: Option<String>,
-    refreshes: u64,
 }
 
 /// What one refresh learns: the assignments (`List`) and the device ids the kubelet can hand
@@ -156,7 +155,6 @@ fn refresh_loop(
         let result = runtime.block_on(ask(&socket));
         {
             let mut latest = latest.lock().unwrap_or_else(|p| p.into_inner());
-            latest.refreshes += 1;
             match result {
                 Ok(found) => {
                     if latest.error.take().is_some() {

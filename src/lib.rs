@@ -1,7 +1,8 @@
 //! gpu-bottleneck-exporter: samples a GPU node and tells, per GPU, why it waits.
 //!
 //! Data flows one way: [`config`] → [`source`]s → [`snapshot::Snapshot`] → [`exposition`] →
-//! [`server`]. The [`sampler`] is the only loop and the only owner of mutable state.
+//! [`server`]. The [`sampler`] is the only loop and owns the mutable state; a few helper
+//! threads (one per GPU, the XID watcher, the kubelet refresher) only hand it results.
 
 pub mod analysis;
 pub mod config;

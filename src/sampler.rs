@@ -36,7 +36,7 @@ impl Sampler {
             analyzer: Analyzer::default(),
             history,
             samples_total: 0,
-            node: std::env::var("NODE_NAME").unwrap_or_default(),
+            node: String::new(),
         }
     }
 
@@ -51,17 +51,19 @@ impl Sampler {
     }
 
     fn with_sources(sources: Vec<Box<dyn Source>>, config: &Config) -> Self {
-        let sampler = Sampler::new(sources);
-        // Without NODE_NAME (outside a DaemonSet), the host's name as the kernel knows it.
-        let hostname =
-            || std::fs::read_to_string(config.paths.procfs.join("sys/kernel/hostname")).ok();
-        let node = Some(sampler.node.clone())
+        // NODE_NAME (set by the DaemonSet), else the host's name as the kernel knows it.
+        let node = std::env::var("NODE_NAME")
+            .ok()
             .filter(|n| !n.is_empty())
-            .or_else(hostname);
+            .or_else(|| {
+                std::fs::read_to_string(config.paths.procfs.join("sys/kernel/hostname")).ok()
+            })
+            .map(|n| n.trim().to_string())
+            .unwrap_or_default();
         Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
-            node: node.map(|n| n.trim().to_string()).unwrap_or_default(),
-            ..sampler
+            node,
+            ..Sampler::new(sources)
         }
     }
 

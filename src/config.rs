@@ -22,6 +22,8 @@ pub const DEFAULT_PORT: u16 = 9842;
 pub struct Config {
     /// Address and port the HTTP server listens on.
     pub listen_address: ListenAddress,
+    /// HTTP server hardening, TLS and authentication.
+    pub web: Web,
     /// How often the sampler reads every source and publishes a new exposition.
     pub sample_interval: ConfigDuration,
     /// Log verbosity: error, warn, info, debug or trace.
@@ -142,6 +144,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen_address: ListenAddress(SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT))),
+            web: Web::default(),
             sample_interval: ConfigDuration(Duration::from_secs(1)),
             log_level: LogLevel::Info,
             paths: Paths::default(),
@@ -149,6 +152,55 @@ impl Default for Config {
             analysis: Analysis::default(),
         }
     }
+}
+
+/// Limits that keep slow or hostile clients from tying the server up, and the optional
+/// TLS/authentication file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Web {
+    /// Web configuration file in the Prometheus exporter-toolkit format (TLS certificate and
+    /// key, client certificates, basic-auth users with bcrypt hashes, security headers); empty:
+    /// plain HTTP without authentication. Re-read when it or a file it names changes.
+    pub config_file: PathBuf,
+    /// Most connections served at once; a connection past it gets 503 (over TLS: is closed).
+    #[serde(deserialize_with = "at_least::<1, _>")]
+    pub max_connections: usize,
+    /// A request head must arrive complete within this long of the connection opening or of
+    /// the previous response; also how long an idle keep-alive connection is kept.
+    pub header_read_timeout: ConfigDuration,
+    /// Longest a request may take to answer, basic-auth check included (503 past it).
+    pub request_timeout: ConfigDuration,
+    /// A response write that makes no progress this long closes the connection (a client
+    /// that stopped reading).
+    pub write_timeout: ConfigDuration,
+    /// Largest request head (request line and headers) accepted; larger gets 431.
+    #[serde(deserialize_with = "at_least::<1024, _>")]
+    pub max_header_bytes: usize,
+}
+
+impl Default for Web {
+    fn default() -> Self {
+        Web {
+            config_file: PathBuf::new(),
+            max_connections: 256,
+            header_read_timeout: ConfigDuration(Duration::from_secs(30)),
+            request_timeout: ConfigDuration(Duration::from_secs(10)),
+            write_timeout: ConfigDuration(Duration::from_secs(10)),
+            max_header_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// A count that must be at least `MIN` to make sense.
+fn at_least<'de, const MIN: usize, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let value = usize::deserialize(d)?;
+    if value < MIN {
+        return Err(D::Error::custom(format!(
+            "{value} is too small: expected at least {MIN}"
+        )));
+    }
+    Ok(value)
 }
 
 /// Roots of the host pseudo-filesystems, like node_exporter's `--path.procfs`.
@@ -431,6 +483,8 @@ impl LogLevel {
 pub struct Overrides {
     /// `--listen`
     pub listen_address: Option<SocketAddr>,
+    /// `--web.config.file`
+    pub web_config_file: Option<PathBuf>,
     /// `--path.procfs`
     pub procfs: Option<PathBuf>,
     /// `--path.sysfs`
@@ -473,6 +527,9 @@ impl Config {
         };
         if let Some(address) = overrides.listen_address {
             config.listen_address = ListenAddress(address);
+        }
+        if let Some(file) = &overrides.web_config_file {
+            config.web.config_file = file.clone();
         }
         if let Some(procfs) = &overrides.procfs {
             config.paths.procfs = procfs.clone();
@@ -555,6 +612,10 @@ mod tests {
         let message = error_of("sources:\n  disk:\n    include: '(unclosed'\n");
         assert!(message.contains("line 3 column 14"), "{message}");
         assert!(message.contains("invalid regex"), "{message}");
+
+        let message = error_of("web:\n  max_connections: 0\n");
+        assert!(message.contains("line 2 column 20"), "{message}");
+        assert!(message.contains("at least 1"), "{message}");
 
         let message = error_of("log_level: loud\n");
         assert!(message.contains("line 1 column 12"), "{message}");

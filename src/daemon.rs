@@ -1,17 +1,41 @@
 //! `serve`: wires config, sampler thread and HTTP server together, and shuts down cleanly.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread;
 
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::sampler::{self, Sampler};
-use crate::server;
+use crate::web::config_file::WebConfig;
+use crate::web::listener;
+use crate::web::routes::{self, AppState};
+use crate::web::stats::HttpStats;
+
+/// Why `serve` gave up.
+#[derive(Debug)]
+pub enum ServeError {
+    /// The web configuration file is invalid (exit code 2, like a bad configuration).
+    WebConfig(String),
+    /// Anything else at start-up (port in use, no threads).
+    Start(String),
+}
 
 /// Runs the exporter until SIGTERM or SIGINT (on the simulated node when `demo`). Errors are
-/// start-up failures (port in use).
-pub fn serve(config: Config, demo: bool) -> Result<(), String> {
+/// start-up failures.
+pub fn serve(config: Config, demo: bool) -> Result<(), ServeError> {
+    let http = Arc::new(HttpStats::default());
+    let web = WebConfig::load(Some(&config.web.config_file), http.clone())
+        .map_err(ServeError::WebConfig)?;
+    serve_with(config, demo, Arc::new(web), http).map_err(ServeError::Start)
+}
+
+fn serve_with(
+    config: Config,
+    demo: bool,
+    web: Arc<WebConfig>,
+    http: Arc<HttpStats>,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -36,11 +60,13 @@ pub fn serve(config: Config, demo: bool) -> Result<(), String> {
             .spawn(move || sampler::run(sampler, interval, publish, stopped))
             .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
 
-        tracing::info!(%address, interval_seconds = interval.as_secs_f64(), "listening");
-        axum::serve(listener, server::router(published))
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(|e| format!("server error: {e}"))?;
+        let tls = web.current().tls.is_some();
+        tracing::info!(%address, tls, interval_seconds = interval.as_secs_f64(), "listening");
+        let app = routes::router(AppState {
+            published,
+            http: http.clone(),
+        });
+        listener::serve(listener, app, web, &config.web, http, shutdown_signal()).await;
 
         // The sampler may be inside a blocking read; it sees the stop at its next wait, and
         // the process exit does not wait for it.

@@ -1,7 +1,7 @@
 //! gpu-bottleneck-exporter: samples a GPU node and tells, per GPU, why it waits.
 //!
 //! Data flows one way: [`config`] → [`source`]s → [`snapshot::Snapshot`] → [`exposition`] →
-//! [`server`]. The [`sampler`] is the only loop and owns the mutable state; a few helper
+//! [`web`]. The [`sampler`] is the only loop and owns the mutable state; a few helper
 //! threads (one per GPU, the XID watcher, the kubelet refresher) only hand it results.
 
 pub mod analysis;
@@ -11,6 +11,6 @@ pub mod diagnose;
 pub mod exposition;
 pub mod report;
 pub mod sampler;
-pub mod server;
 pub mod snapshot;
 pub mod source;
+pub mod web;

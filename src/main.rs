@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use gpu_bottleneck_exporter::config::{Config, ConfigDuration, LogLevel, Overrides};
-use gpu_bottleneck_exporter::{daemon, diagnose};
+use gpu_bottleneck_exporter::daemon::{self, ServeError};
+use gpu_bottleneck_exporter::diagnose;
 
 /// Tells why a GPU waits: samples GPUs and the host around them and serves it on /metrics.
 #[derive(Parser)]
@@ -55,8 +56,12 @@ struct ServeArgs {
     #[command(flatten)]
     common: Common,
     /// Address to listen on, overriding `listen_address`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, visible_alias = "web.listen-address", value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// TLS and basic-auth file in the Prometheus exporter-toolkit format, overriding
+    /// `web.config_file`.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    web_config_file: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -75,9 +80,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     ConfigDuration::parse(text).map(|d| d.0)
 }
 
-fn load(common: &Common, listen: Option<SocketAddr>) -> Result<Config, ExitCode> {
+fn load(common: &Common, serve: Option<&ServeArgs>) -> Result<Config, ExitCode> {
     let overrides = Overrides {
-        listen_address: listen,
+        listen_address: serve.and_then(|s| s.listen),
+        web_config_file: serve.and_then(|s| s.web_config_file.clone()),
         procfs: common.procfs.clone(),
         sysfs: common.sysfs.clone(),
         log_level: common.log_level,
@@ -98,13 +104,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Serve(args) => {
-            let config = match load(&args.common, args.listen) {
+            let config = match load(&args.common, Some(&args)) {
                 Ok(config) => config,
                 Err(code) => return code,
             };
             match daemon::serve(config, args.common.demo) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
+                Err(ServeError::WebConfig(error)) => {
+                    eprintln!("{error}");
+                    ExitCode::from(2)
+                }
+                Err(ServeError::Start(error)) => {
                     tracing::error!("{error}");
                     ExitCode::FAILURE
                 }

@@ -602,3 +602,62 @@ pub struct PodRef {
     /// Container name.
     pub container: String,
 }
+
+/// Why the HTTP layer turned a connection or request away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// `max_connections` were open: 503 (over TLS the connection is closed).
+    ConnectionLimit,
+    /// The TLS handshake failed or did not finish within the header timeout.
+    TlsHandshake,
+    /// The request head did not arrive within `header_read_timeout` (also ends idle
+    /// keep-alive connections).
+    HeaderTimeout,
+    /// Unparsable request or a head over `max_header_bytes` (431).
+    BadRequest,
+    /// The client stopped reading the response for `write_timeout`.
+    WriteTimeout,
+    /// Missing or wrong basic-auth credentials (401).
+    Unauthorized,
+    /// Answering took longer than `request_timeout` (503).
+    RequestTimeout,
+}
+
+impl Rejection {
+    /// Every reason, in the order of [`HttpCounters::rejected`].
+    pub const ALL: [Rejection; 7] = [
+        Rejection::ConnectionLimit,
+        Rejection::TlsHandshake,
+        Rejection::HeaderTimeout,
+        Rejection::BadRequest,
+        Rejection::WriteTimeout,
+        Rejection::Unauthorized,
+        Rejection::RequestTimeout,
+    ];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::ConnectionLimit => "connection_limit",
+            Rejection::TlsHandshake => "tls_handshake",
+            Rejection::HeaderTimeout => "header_timeout",
+            Rejection::BadRequest => "bad_request",
+            Rejection::WriteTimeout => "write_timeout",
+            Rejection::Unauthorized => "unauthorized",
+            Rejection::RequestTimeout => "request_timeout",
+        }
+    }
+}
+
+/// What the HTTP layer counted, copied for one scrape (kept apart from [`Snapshot`]: it
+/// changes between ticks).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HttpCounters {
+    /// Connections being served now.
+    pub open_connections: u64,
+    /// Rejections per [`Rejection::ALL`] entry.
+    pub rejected: [u64; Rejection::ALL.len()],
+    /// Whether the last attempt to (re)load the web configuration file failed (the previous
+    /// settings stay in force).
+    pub web_config_reload_failed: bool,
+}

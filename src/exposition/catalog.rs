@@ -32,6 +32,9 @@ metric!(SOURCE_DURATION, "gpu_exporter_source_duration_seconds", Gauge, SECONDS,
 metric!(SOURCE_ERRORS, "gpu_exporter_source_errors", Counter, None, ["source"], "Ticks on which the source failed.");
 metric!(SAMPLES, "gpu_exporter_samples", Counter, None, [], "Ticks the sampler has taken.");
 metric!(SAMPLE_DURATION, "gpu_exporter_sample_duration_seconds", Gauge, SECONDS, [], "Wall time of the last tick, all sources together.");
+metric!(HTTP_OPEN_CONNECTIONS, "gpu_exporter_http_open_connections", Gauge, None, [], "Connections the HTTP server is serving now.");
+metric!(HTTP_REJECTED, "gpu_exporter_http_rejected", Counter, None, ["reason"], "Connections or requests turned away: connection_limit (503), tls_handshake, header_timeout, bad_request (incl. 431), write_timeout, unauthorized (401), request_timeout (503).");
+metric!(WEB_CONFIG_OK, "gpu_exporter_web_config_last_reload_successful", Gauge, None, [], "0 while the latest change to the web configuration file could not be applied (the previous settings stay in force), else 1.");
 metric!(SAMPLE_AGE, "gpu_exporter_sample_age_seconds", Gauge, SECONDS, [], "Time since the snapshot being served was taken; grows if the sampler is stuck.");
 
 // CPU.

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use crate::analysis::GpuVerdict;
 use crate::snapshot::{
-    DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, PodRef, ProcessContext,
-    Snapshot, SourceOutcome,
+    DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, HttpCounters, PodRef,
+    ProcessContext, Rejection, Snapshot, SourceOutcome,
 };
 
 /// How a metric family behaves.
@@ -118,13 +118,13 @@ pub struct Exposition {
 impl Exposition {
     /// The full response body at time `now`: the pre-rendered bytes plus the sample age
     /// (and OpenMetrics' closing `# EOF`).
-    pub fn body(&self, format: Format, now: Instant) -> Vec<u8> {
+    pub fn body(&self, format: Format, now: Instant, http: &HttpCounters) -> Vec<u8> {
         let base = match format {
             Format::Text => &self.text,
             Format::OpenMetrics => &self.openmetrics,
         };
         let age = now.saturating_duration_since(self.sampled_at).as_secs_f64();
-        let tail = encode(&[Family::single(&SAMPLE_AGE, age)], format);
+        let tail = encode(&scrape_families(age, http), format);
         let mut body = Vec::with_capacity(base.len() + tail.len() + 8);
         body.extend_from_slice(base);
         body.extend_from_slice(tail.as_bytes());
@@ -153,6 +153,20 @@ pub use catalog::*;
 
 /// Commit the binary was built from (set by build.rs; "unknown" outside a git checkout).
 pub const COMMIT: &str = env!("GPU_EXPORTER_COMMIT");
+
+/// The families that change between ticks, rendered at each scrape.
+fn scrape_families(sample_age: f64, http: &HttpCounters) -> Vec<Family> {
+    let mut rejected = Family::new(&HTTP_REJECTED);
+    for (reason, count) in Rejection::ALL.iter().zip(http.rejected) {
+        rejected.add(&[reason.label()], count as f64);
+    }
+    vec![
+        Family::single(&HTTP_OPEN_CONNECTIONS, http.open_connections as f64),
+        rejected,
+        Family::single(&WEB_CONFIG_OK, flag(!http.web_config_reload_failed)),
+        Family::single(&SAMPLE_AGE, sample_age),
+    ]
+}
 
 fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
     let mut out = Vec::new();
@@ -981,8 +995,12 @@ mod tests {
     #[test]
     fn openmetrics_has_family_names_units_and_eof() {
         let exposition = render(&snapshot(), 0.5, Instant::now());
-        let body =
-            String::from_utf8(exposition.body(Format::OpenMetrics, exposition.sampled_at)).unwrap();
+        let body = String::from_utf8(exposition.body(
+            Format::OpenMetrics,
+            exposition.sampled_at,
+            &HttpCounters::default(),
+        ))
+        .unwrap();
         assert!(
             body.contains("# TYPE gpu_exporter_samples counter\ngpu_exporter_samples_total 3\n")
         );
@@ -995,10 +1013,20 @@ mod tests {
     }
 
     #[test]
-    fn sample_age_grows_with_scrape_time() {
+    fn scrape_time_families_are_appended() {
         let exposition = render(&snapshot(), 0.5, Instant::now());
         let later = exposition.sampled_at + std::time::Duration::from_millis(2500);
-        let body = String::from_utf8(exposition.body(Format::Text, later)).unwrap();
+        let mut http = HttpCounters {
+            open_connections: 3,
+            web_config_reload_failed: true,
+            ..HttpCounters::default()
+        };
+        http.rejected[Rejection::Unauthorized as usize] = 7;
+        let body = String::from_utf8(exposition.body(Format::Text, later, &http)).unwrap();
+        assert!(body.contains("gpu_exporter_http_open_connections 3\n"));
+        assert!(body.contains("gpu_exporter_http_rejected_total{reason=\"unauthorized\"} 7\n"));
+        assert!(body.contains("gpu_exporter_http_rejected_total{reason=\"header_timeout\"} 0\n"));
+        assert!(body.contains("gpu_exporter_web_config_last_reload_successful 0\n"));
         assert!(
             body.ends_with("gpu_exporter_sample_age_seconds 2.5\n"),
             "{body}"

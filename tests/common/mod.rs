@@ -160,7 +160,9 @@ pub fn render_pinned(snapshot: &gpu_bottleneck_exporter::snapshot::Snapshot) -> 
     }
     let exposition = render(&snapshot, 0.002, Instant::now());
     let pin = |format| {
-        let body = String::from_utf8(exposition.body(format, exposition.sampled_at)).unwrap();
+        let body =
+            String::from_utf8(exposition.body(format, exposition.sampled_at, &Default::default()))
+                .unwrap();
         let commit = body.find("commit=\"").unwrap() + 8;
         let end = commit + body[commit..].find('"').unwrap();
         format!("{}test{}", &body[..commit], &body[end..])

@@ -1,6 +1,7 @@
 //! HTTP routes. The server only reads what the sampler published; it never samples.
 
 use std::io::Write as _;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
@@ -16,26 +17,35 @@ use crate::exposition::Format;
 use crate::report;
 use crate::sampler::Published;
 
-/// The routes: `/metrics`, `/healthz`, `/readyz` and the landing page `/`.
-pub fn router(published: watch::Receiver<Published>) -> Router {
+use super::stats::HttpStats;
+
+/// What the handlers read: the sampler's latest exposition and the HTTP layer's counters.
+#[derive(Clone)]
+pub struct AppState {
+    /// The latest exposition (None until the first tick).
+    pub published: watch::Receiver<Published>,
+    /// Appended to every scrape.
+    pub http: Arc<HttpStats>,
+}
+
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/api/v1/diagnosis` and the landing page
+/// `/`. Each answers GET and HEAD; other methods get 405 with an `Allow` header.
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(landing))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/api/v1/diagnosis", get(diagnosis))
-        .with_state(published)
+        .with_state(state)
 }
 
-async fn metrics(
-    State(published): State<watch::Receiver<Published>>,
-    headers: HeaderMap,
-) -> Response {
-    let Some(exposition) = published.borrow().clone() else {
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(exposition) = state.published.borrow().clone() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let format = negotiate_format(header_text(&headers, header::ACCEPT));
-    let body = exposition.body(format, Instant::now());
+    let body = exposition.body(format, Instant::now(), &state.http.counters());
     let mut response_headers = HeaderMap::new();
     response_headers.insert(
         header::CONTENT_TYPE,
@@ -57,8 +67,8 @@ async fn metrics(
     (response_headers, body).into_response()
 }
 
-async fn diagnosis(State(published): State<watch::Receiver<Published>>) -> Response {
-    let Some(exposition) = published.borrow().clone() else {
+async fn diagnosis(State(state): State<AppState>) -> Response {
+    let Some(exposition) = state.published.borrow().clone() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let json = HeaderValue::from_static("application/json");
@@ -66,8 +76,8 @@ async fn diagnosis(State(published): State<watch::Receiver<Published>>) -> Respo
     ([(header::CONTENT_TYPE, json)], body).into_response()
 }
 
-async fn ready(State(published): State<watch::Receiver<Published>>) -> Response {
-    if published.borrow().is_some() {
+async fn ready(State(state): State<AppState>) -> Response {
+    if state.published.borrow().is_some() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

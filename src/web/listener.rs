@@ -1,0 +1,299 @@
+//! The accept loop: connection cap, TLS, timeouts and header limits in front of the routes.
+//!
+//! axum's own `serve` has no knobs for any of these, so connections are driven by hyper's
+//! HTTP/1.1 server directly. Every connection runs in its own task on the one async thread;
+//! nothing here blocks, so slow or hostile clients cost a little memory each, up to the cap.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Request, Response, StatusCode};
+use axum::response::IntoResponse;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::{sleep, timeout, Sleep};
+use tower::ServiceExt as _;
+
+use super::auth::BasicAuth;
+use super::config_file::WebConfig;
+use super::stats::HttpStats;
+use crate::config::Web as Limits;
+use crate::snapshot::Rejection;
+
+/// Paths answered without basic auth: liveness and readiness reveal nothing, and the kubelet's
+/// probes cannot easily present credentials.
+const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// Serves `app` on `listener` until `shutdown` completes; connections still open then are
+/// dropped with the runtime.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    web: Arc<WebConfig>,
+    limits: &Limits,
+    stats: Arc<HttpStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout.0)
+        .max_header_size(limits.max_header_bytes);
+    let connection = Arc::new(Connection {
+        http,
+        app,
+        web,
+        auth: BasicAuth::default(),
+        stats,
+        limits: limits.clone(),
+    });
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = connection.clone();
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(async move {
+                    connection.run(stream).await;
+                    drop(slot);
+                });
+            }
+            Err(_) => {
+                connection.stats.reject(Rejection::ConnectionLimit);
+                let tls = connection.web.current().tls.is_some();
+                tokio::spawn(refuse(stream, tls));
+            }
+        }
+    }
+}
+
+/// Everything a connection task needs; shared by all of them.
+struct Connection {
+    http: hyper::server::conn::http1::Builder,
+    app: Router,
+    web: Arc<WebConfig>,
+    auth: BasicAuth,
+    stats: Arc<HttpStats>,
+    limits: Limits,
+}
+
+impl Connection {
+    async fn run(self: Arc<Self>, stream: TcpStream) {
+        let _open = self.stats.open_connection();
+        // TLS settings are taken per connection (a reloaded certificate applies to the next
+        // handshake); auth settings per request, so keep-alive connections see reloads too.
+        let tls = self.web.current().tls.clone();
+        match tls {
+            None => self.http_over(stream).await,
+            Some(acceptor) => {
+                match timeout(self.limits.header_read_timeout.0, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => self.http_over(stream).await,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "TLS handshake failed");
+                        self.stats.reject(Rejection::TlsHandshake);
+                    }
+                    Err(_) => self.stats.reject(Rejection::TlsHandshake),
+                }
+            }
+        }
+    }
+
+    async fn http_over<I>(self: &Arc<Self>, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let io = TokioIo::new(WriteDeadline::new(io, self.limits.write_timeout.0));
+        let this = self.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let this = this.clone();
+            async move { Ok::<_, Infallible>(this.respond(request).await) }
+        });
+        if let Err(error) = self.http.serve_connection(io, service).await {
+            if let Some(reason) = classify(&error) {
+                tracing::debug!(%error, reason = reason.label(), "connection closed");
+                self.stats.reject(reason);
+            }
+        }
+    }
+
+    async fn respond(&self, request: Request<Incoming>) -> Response<Body> {
+        let settings = self.web.current();
+        let work = async {
+            if !settings.users.is_empty()
+                && !OPEN_PATHS.contains(&request.uri().path())
+                && !self
+                    .auth
+                    .allows(
+                        &settings.users,
+                        request.headers().get(header::AUTHORIZATION),
+                    )
+                    .await
+            {
+                self.stats.reject(Rejection::Unauthorized);
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(
+                        header::WWW_AUTHENTICATE,
+                        "Basic realm=\"gpu-bottleneck-exporter\"",
+                    )],
+                    "unauthorized\n",
+                )
+                    .into_response();
+            }
+            match self.app.clone().oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        };
+        let mut response = match timeout(self.limits.request_timeout.0, work).await {
+            Ok(response) => response,
+            Err(_) => {
+                self.stats.reject(Rejection::RequestTimeout);
+                (StatusCode::SERVICE_UNAVAILABLE, "request timed out\n").into_response()
+            }
+        };
+        for (name, value) in &settings.headers {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+        response
+    }
+}
+
+/// Which rejection a failed connection counts as; None for clients that simply went away.
+fn classify(error: &hyper::Error) -> Option<Rejection> {
+    if error.is_timeout() {
+        return Some(Rejection::HeaderTimeout);
+    }
+    if error.is_parse() || error.is_parse_too_large() {
+        return Some(Rejection::BadRequest);
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::TimedOut {
+                return Some(Rejection::WriteTimeout);
+            }
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// Answers a connection past the cap: a 503 over plain HTTP, a plain close over TLS (a
+/// handshake just to refuse would cost more than the refusal saves).
+async fn refuse(mut stream: TcpStream, tls: bool) {
+    if !tls {
+        const REPLY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 21\r\nretry-after: 1\r\nconnection: close\r\n\r\ntoo many connections\n";
+        let _ = timeout(Duration::from_secs(1), stream.write_all(REPLY)).await;
+        let _ = stream.shutdown().await;
+        // Read what the client sent until it closes: closing with unread data would reset the
+        // connection and could destroy the reply before the client reads it.
+        let mut sink = [0u8; 1024];
+        let _ = timeout(Duration::from_secs(1), async {
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
+    }
+}
+
+/// An IO whose writes fail with `TimedOut` once one has made no progress for `limit`: a client
+/// that stops reading its response cannot hold a connection slot forever.
+struct WriteDeadline<I> {
+    io: I,
+    limit: Duration,
+    stalled_since: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> WriteDeadline<I> {
+    fn new(io: I, limit: Duration) -> Self {
+        WriteDeadline {
+            io,
+            limit,
+            stalled_since: None,
+        }
+    }
+
+    fn watch<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled_since = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let deadline = self
+            .stalled_since
+            .get_or_insert_with(|| Box::pin(sleep(limit)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client stopped reading the response",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteDeadline<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, poll)
+    }
+}

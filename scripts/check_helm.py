@@ -167,7 +167,20 @@ def main():
     if daemonset["metadata"]["labels"].get("team") != "ml-platform" or daemonset["spec"]["template"]["spec"].get("nodeSelector") != {"pool": "gpu"}:
         problems.append("extraLabels or nodeSelector not applied to the DaemonSet")
 
-    for bad in ({"service": {"port": "http"}}, {"serviceMonitor": {"interval": "often"}}, {"unknownKey": 1}, {"image": {"pullPolicy": "Sometimes"}}):
+    with open(f"{CHART}/ci/tls-values.yaml") as f:
+        tls = objects(chart, yaml.safe_load(f))
+    pod = next(o for o in tls if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    monitor = next(o for o in tls if o["kind"] == "ServiceMonitor")["spec"]["endpoints"][0]
+    if ("--web.config.file=/etc/gpu-bottleneck-exporter/web/web.yml" not in container["args"]
+            or container["readinessProbe"]["httpGet"].get("scheme") != "HTTPS"
+            or container["livenessProbe"]["httpGet"].get("scheme") != "HTTPS"
+            or not any(v.get("secret", {}).get("secretName") == "gpu-bottleneck-exporter-web" for v in pod["volumes"])
+            or monitor.get("scheme") != "https" or "basicAuth" not in monitor or "tlsConfig" not in monitor
+            or container["securityContext"] != yaml.safe_load(open(f"{CHART}/values.yaml"))["securityContext"]):
+        problems.append("web.configSecret/scheme not applied as expected (args, probes, Secret volume, monitor, unchanged securityContext)")
+
+    for bad in ({"service": {"port": "http"}}, {"web": {"scheme": "tls"}}, {"serviceMonitor": {"interval": "often"}}, {"unknownKey": 1}, {"image": {"pullPolicy": "Sometimes"}}):
         try:
             chart.validate_schema(bad)
             problems.append(f"values.schema.json accepted {bad}")

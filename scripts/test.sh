@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
 # the Python `prometheus_client` package whose OpenMetrics parser is strict, PyYAML, and
-# kubernetes-validate (offline Kubernetes schemas) and helm-python-sdk (real Helm, no binary).
+# kubernetes-validate (offline Kubernetes schemas), helm-python-sdk (real Helm, no binary) and
+# bcrypt (password hashes for the TLS/auth check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +20,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk; do
+for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk bcrypt:bcrypt; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     step "installing ${module##*:} (Python)"
     python3 -m pip install -q "${module##*:}" 2>/dev/null ||
@@ -63,6 +64,9 @@ python3 scripts/check_helm.py target/debug/gpu-bottleneck-exporter
 step "dashboards: in step with their generator; every query returns data from a real Prometheus scraping the demo node"
 python3 scripts/build_dashboards.py --check
 python3 scripts/check_dashboards.py target/debug/gpu-bottleneck-exporter
+
+step "TLS, client certificates and basic auth through Python's OpenSSL client"
+python3 scripts/check_tls.py target/debug/gpu-bottleneck-exporter
 
 step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter

@@ -108,7 +108,13 @@ impl Connection {
         match tls {
             None => self.http_over(stream).await,
             Some(acceptor) => {
-                match timeout(self.limits.header_read_timeout.0, acceptor.accept(stream)).await {
+                let handshake = async {
+                    if speaks_plain_http(&stream).await {
+                        return Err(answer_plain_http(stream).await);
+                    }
+                    acceptor.accept(stream).await
+                };
+                match timeout(self.limits.header_read_timeout.0, handshake).await {
                     Ok(Ok(stream)) => self.http_over(stream).await,
                     Ok(Err(error)) => {
                         tracing::debug!(%error, "TLS handshake failed");
@@ -199,6 +205,22 @@ fn classify(error: &hyper::Error) -> Option<Rejection> {
         source = cause.source();
     }
     None
+}
+
+/// Whether a client on the TLS port started with something other than a TLS handshake
+/// record (0x16), i.e. a plain HTTP request.
+async fn speaks_plain_http(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first).await, Ok(1) if first[0] != 0x16)
+}
+
+/// Tells a plain-HTTP client it reached an HTTPS server, as Go's server does, so a scrape
+/// configured with the wrong scheme fails with a readable error rather than garbage.
+async fn answer_plain_http(mut stream: TcpStream) -> io::Error {
+    const REPLY: &[u8] = b"HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+    let _ = stream.write_all(REPLY).await;
+    let _ = stream.shutdown().await;
+    io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port")
 }
 
 /// Answers a connection past the cap: a 503 over plain HTTP, a plain close over TLS (a

@@ -35,8 +35,19 @@ pub fn request(
 ) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    exchange(&mut stream, method, path, headers)
+}
+
+/// Sends one request with `Connection: close` over `stream` (plain or TLS) and reads the
+/// response to the end.
+pub fn exchange(
+    stream: &mut (impl Read + Write),
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
     let mut request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+        format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }

@@ -80,6 +80,18 @@ impl Exporter {
 
     /// Like `start`, with extra environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Exporter {
+        let exporter = Exporter::spawn(args, env);
+        let address = exporter.address;
+        exporter.wait_for(|| {
+            http::get(address, "/healthz", &[])
+                .map(|r| r.status == 200)
+                .unwrap_or(false)
+        });
+        exporter
+    }
+
+    /// Starts the binary without waiting for it to answer (over TLS plain HTTP never will).
+    pub fn spawn(args: &[&str], env: &[(&str, &Path)]) -> Exporter {
         let address = free_address();
         let child = Command::new(binary())
             .envs(env.iter().map(|(k, v)| (k, v.as_os_str())))
@@ -91,13 +103,7 @@ impl Exporter {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the exporter");
-        let exporter = Exporter { child, address };
-        exporter.wait_for(|| {
-            http::get(address, "/healthz", &[])
-                .map(|r| r.status == 200)
-                .unwrap_or(false)
-        });
-        exporter
+        Exporter { child, address }
     }
 
     /// Polls `condition` every 20 ms for up to 10 s.

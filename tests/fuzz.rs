@@ -12,6 +12,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use gpu_bottleneck_exporter::config::{Config, ConfigDuration};
 use gpu_bottleneck_exporter::source::host::{cpu, disk, memory, pressure};
 use gpu_bottleneck_exporter::source::process::{cgroup, procfs};
+use gpu_bottleneck_exporter::web::auth::credentials;
+use gpu_bottleneck_exporter::web::config_file::WebConfigFile;
 
 /// xorshift64*: a tiny deterministic generator, enough to drive mutations.
 struct Rng(u64);
@@ -110,6 +112,26 @@ fn configuration() {
     fuzz("duration", &["1s", "250ms", "1.5m", "2h"], |text| {
         let _ = ConfigDuration::parse(text);
     });
+    fuzz(
+        "web config",
+        &[
+            "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n",
+            "http_server_config:\n  http2: true\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  alice: $2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG\n",
+        ],
+        |text| {
+            let _ = WebConfigFile::parse(text, "web.yml");
+        },
+    );
+    // Authorization headers reach the base64 and credential parsing before any check.
+    fuzz(
+        "basic auth header",
+        &["Basic YWxpY2U6czNjcjN0", "basic Og=="],
+        |text| {
+            if let Ok(header) = axum::http::HeaderValue::from_str(text) {
+                let _ = credentials(&header);
+            }
+        },
+    );
 }
 
 #[test]

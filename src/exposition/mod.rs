@@ -8,6 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::analysis::GpuVerdict;
 use crate::snapshot::{
     DiskCounters, DiskRates, DiskSnapshot, GpuDevice, GpuSnapshot, HttpCounters, PodRef,
@@ -103,10 +105,10 @@ impl Family {
 /// A published exposition: both formats, without the scrape-time sample age and `# EOF`.
 #[derive(Debug)]
 pub struct Exposition {
-    /// Classic text body.
-    pub text: Vec<u8>,
+    /// Classic text body (shared, so a scrape sends it without copying).
+    pub text: Bytes,
     /// OpenMetrics body.
-    pub openmetrics: Vec<u8>,
+    pub openmetrics: Bytes,
     /// When the snapshot behind it was taken.
     pub sampled_at: Instant,
     /// The verdicts of the same snapshot, for `/api/v1/diagnosis` (rendered only when asked).
@@ -119,19 +121,22 @@ impl Exposition {
     /// The full response body at time `now`: the pre-rendered bytes plus the sample age
     /// (and OpenMetrics' closing `# EOF`).
     pub fn body(&self, format: Format, now: Instant, http: &HttpCounters) -> Vec<u8> {
+        self.body_parts(format, now, http).concat()
+    }
+
+    /// The same body as two parts: the pre-rendered bytes (shared, not copied) and the
+    /// scrape-time families.
+    pub fn body_parts(&self, format: Format, now: Instant, http: &HttpCounters) -> [Bytes; 2] {
         let base = match format {
             Format::Text => &self.text,
             Format::OpenMetrics => &self.openmetrics,
         };
         let age = now.saturating_duration_since(self.sampled_at).as_secs_f64();
-        let tail = encode(&scrape_families(age, http), format);
-        let mut body = Vec::with_capacity(base.len() + tail.len() + 8);
-        body.extend_from_slice(base);
-        body.extend_from_slice(tail.as_bytes());
+        let mut tail = encode(&scrape_families(age, http), format);
         if format == Format::OpenMetrics {
-            body.extend_from_slice(b"# EOF\n");
+            tail.push_str("# EOF\n");
         }
-        body
+        [base.clone(), Bytes::from(tail)]
     }
 }
 
@@ -139,8 +144,8 @@ impl Exposition {
 pub fn render(snapshot: &Snapshot, tick_seconds: f64, sampled_at: Instant) -> Exposition {
     let families = families(snapshot, tick_seconds);
     Exposition {
-        text: encode(&families, Format::Text).into_bytes(),
-        openmetrics: encode(&families, Format::OpenMetrics).into_bytes(),
+        text: Bytes::from(encode(&families, Format::Text)),
+        openmetrics: Bytes::from(encode(&families, Format::OpenMetrics)),
         sampled_at,
         verdicts: snapshot.verdicts.clone(),
         simulated: snapshot.simulated,
@@ -977,7 +982,8 @@ mod tests {
 
     #[test]
     fn classic_text_names_counters_with_total_in_type_line() {
-        let text = String::from_utf8(render(&snapshot(), 0.5, Instant::now()).text).unwrap();
+        let text =
+            String::from_utf8(render(&snapshot(), 0.5, Instant::now()).text.to_vec()).unwrap();
         assert!(
             text.contains(
                 "# TYPE gpu_exporter_samples_total counter\ngpu_exporter_samples_total 3\n"

@@ -1,9 +1,13 @@
 //! HTTP routes. The server only reads what the sampler published; it never samples.
 
+use std::convert::Infallible;
 use std::io::Write as _;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -45,7 +49,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let format = negotiate_format(header_text(&headers, header::ACCEPT));
-    let body = exposition.body(format, Instant::now(), &state.http.counters());
+    let [base, tail] = exposition.body_parts(format, Instant::now(), &state.http.counters());
     let mut response_headers = HeaderMap::new();
     response_headers.insert(
         header::CONTENT_TYPE,
@@ -56,15 +60,48 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         HeaderValue::from_static("Accept, Accept-Encoding"),
     );
     if accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING)) {
-        let mut encoder = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::fast());
+        let mut encoder = GzEncoder::new(Vec::with_capacity(base.len() / 4), Compression::fast());
         // Writing into a Vec cannot fail.
-        let compressed = encoder.write_all(&body).and_then(|()| encoder.finish());
+        let compressed = encoder
+            .write_all(&base)
+            .and_then(|()| encoder.write_all(&tail))
+            .and_then(|()| encoder.finish());
         if let Ok(compressed) = compressed {
             response_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             return (response_headers, compressed).into_response();
         }
     }
-    (response_headers, body).into_response()
+    (
+        response_headers,
+        Body::new(TwoChunks([Some(base), Some(tail)])),
+    )
+        .into_response()
+}
+
+/// A body of two chunks with a known length: the shared pre-rendered page goes out without
+/// being copied into a new buffer per scrape, and hyper still sends `Content-Length`.
+struct TwoChunks([Option<Bytes>; 2]);
+
+impl http_body::Body for TwoChunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let next = self.0.iter_mut().find_map(Option::take);
+        Poll::Ready(next.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let length = self.0.iter().flatten().map(|c| c.len() as u64).sum();
+        http_body::SizeHint::with_exact(length)
+    }
 }
 
 async fn diagnosis(State(state): State<AppState>) -> Response {

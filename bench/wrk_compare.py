@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Scrape throughput and latency under wrk: this exporter next to node_exporter, same run.
+
+The exporter serves a node of eight fake GPUs (the workspace's fake NVML library) running 16
+real processes each, plus the real host; node_exporter serves the host with its defaults. For
+1 and 64 connections, each target gets `wrk --latency` for --seconds (targets alternate, so
+background noise hits both), and the table shows p50/p99 latency, requests per second, CPU
+seconds per 1,000 scrapes (the process's user+system time over the run, its sampling
+included) and peak RSS (VmHWM).
+
+Usage: bench/wrk_compare.py EXPORTER_BINARY [--seconds 10]
+Needs wrk and node_exporter (bench/run.sh installs both), and the fake library beside the
+binary (cargo build --release --workspace).
+"""
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_for(url, name):
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return len(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit(f"{name} did not answer at {url}")
+            time.sleep(0.2)
+
+
+def wrk(url, connections, seconds):
+    """Requests, requests per second, p50 and p99 in ms, and errors of one wrk run."""
+    threads = min(connections, 2)
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+
+    def latency(percent):
+        value, unit = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()
+        return float(value) * UNITS[unit]
+
+    requests = int(re.search(r"^\s+(\d+) requests in", out, re.M).group(1))
+    rate = float(re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    problems = (errors.group(0) if errors else "") + (socket_errors.group(0) if socket_errors else "")
+    return requests, rate, latency(50), latency(99), problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("exporter")
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    library = os.path.join(os.path.dirname(os.path.abspath(args.exporter)), "libfake_nvml.so")
+    node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    for needed, hint in ((os.path.exists(library), f"{library}: cargo build --release --workspace"),
+                         (shutil.which("wrk"), "wrk: apt-get install wrk"),
+                         (node_exporter, "node_exporter: apt-get install prometheus-node-exporter")):
+        if not needed:
+            sys.exit(f"missing {hint}")
+
+    gpu_processes = [subprocess.Popen(["sleep", "3600"]) for _ in range(8 * 16)]
+    work = tempfile.mkdtemp()
+    scenario = os.path.join(work, "scenario.yaml")
+    with open(scenario, "w") as f:
+        f.write("devices:\n")
+        for gpu in range(8):
+            f.write(f"  - uuid: GPU-{gpu:08}\n    utilization_gpu: 60\n    processes:\n")
+            for p in gpu_processes[gpu * 16:(gpu + 1) * 16]:
+                f.write(f"      - {{pid: {p.pid}, used_memory: 1000000000, sm: 5}}\n")
+    config = os.path.join(work, "config.yaml")
+    with open(config, "w") as f:
+        # Every process gets its own series (the default keeps the top 10 per GPU).
+        f.write(f"sources:\n  gpu:\n    nvml_library: {library}\n    max_processes_per_gpu: 16\n")
+    ours, node = free_port(), free_port()
+    targets = [
+        ("gpu-bottleneck-exporter", f"http://127.0.0.1:{ours}/metrics",
+         subprocess.Popen([args.exporter, "--config", config, "--listen", f"127.0.0.1:{ours}"],
+                          env=dict(os.environ, FAKE_NVML_SCENARIO=scenario), stderr=subprocess.DEVNULL)),
+        ("node_exporter (Debian)", f"http://127.0.0.1:{node}/metrics",
+         subprocess.Popen([node_exporter, f"--web.listen-address=127.0.0.1:{node}"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)),
+    ]
+    try:
+        sizes = {name: wait_for(url, name) for name, url, _ in targets}
+        time.sleep(3)  # a few ticks, so the process context of every GPU process is filled in
+        sizes = {name: wait_for(url, name) for name, url, _ in targets}
+        page = urllib.request.urlopen(targets[0][1]).read().decode()
+        series = len(re.findall(r'^gpu_process_memory_used_bytes\{', page, re.M))
+        print(f"exporter page: 8 fake GPUs, {series} GPU-process series, {sizes[targets[0][0]] / 1024:.1f} KiB; "
+              f"node_exporter page {sizes[targets[1][0]] / 1024:.1f} KiB; wrk {args.seconds} s per cell")
+        rows = []
+        for connections in (1, 64):
+            for name, url, process in targets:
+                cpu_before = cpu_seconds(process.pid)
+                requests, rate, p50, p99, problems = wrk(url, connections, args.seconds)
+                cpu = (cpu_seconds(process.pid) - cpu_before) / requests * 1000
+                rows.append((name, connections, p50, p99, rate, cpu, problems))
+        print(f"{'target':<26}{'conns':>6}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>10}{'CPU s/1k':>10}{'peak RSS MiB':>14}")
+        for name, connections, p50, p99, rate, cpu, problems in rows:
+            process = next(p for n, _, p in targets if n == name)
+            print(f"{name:<26}{connections:>6}{p50:>9.3f}{p99:>9.3f}{rate:>10.0f}{cpu:>10.3f}{peak_rss_mib(process.pid):>14.1f}"
+                  + (f"  {problems}" if problems else ""))
+        for connections in (1, 64):
+            ours_row = next(r for r in rows if r[0] == targets[0][0] and r[1] == connections)
+            node_row = next(r for r in rows if r[0] == targets[1][0] and r[1] == connections)
+            print(f"{connections} connection(s): exporter p99 {node_row[3] / ours_row[3]:.1f}x lower, "
+                  f"{ours_row[4] / node_row[4]:.1f}x the requests per second")
+    finally:
+        for _, _, process in targets:
+            process.terminate()
+            process.wait(timeout=10)
+        for p in gpu_processes:
+            p.kill()
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()

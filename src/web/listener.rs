@@ -30,6 +30,9 @@ use super::stats::HttpStats;
 use crate::config::Web as Limits;
 use crate::snapshot::Rejection;
 
+/// Connections past the cap answered with a 503 at the same time; more are closed at once.
+const REFUSING_AT_ONCE: usize = 64;
+
 /// Paths answered without basic auth: liveness and readiness reveal nothing, and the kubelet's
 /// probes cannot easily present credentials.
 const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
@@ -57,6 +60,9 @@ pub async fn serve(
         limits: limits.clone(),
     });
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Refusing politely holds the socket for up to two seconds; in a flood, past this many
+    // at once the extra connections are just closed, so refusals cannot exhaust descriptors.
+    let refusals = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -83,7 +89,12 @@ pub async fn serve(
             Err(_) => {
                 connection.stats.reject(Rejection::ConnectionLimit);
                 let tls = connection.web.current().tls.is_some();
-                tokio::spawn(refuse(stream, tls));
+                if let Ok(refusing) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse(stream, tls).await;
+                        drop(refusing);
+                    });
+                }
             }
         }
     }
@@ -216,28 +227,30 @@ async fn speaks_plain_http(stream: &TcpStream) -> bool {
 
 /// Tells a plain-HTTP client it reached an HTTPS server, as Go's server does, so a scrape
 /// configured with the wrong scheme fails with a readable error rather than garbage.
-async fn answer_plain_http(mut stream: TcpStream) -> io::Error {
-    const REPLY: &[u8] = b"HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
-    let _ = stream.write_all(REPLY).await;
-    let _ = stream.shutdown().await;
+async fn answer_plain_http(stream: TcpStream) -> io::Error {
+    reply_and_close(stream, b"HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n").await;
     io::Error::new(io::ErrorKind::InvalidData, "plain HTTP on the TLS port")
 }
 
 /// Answers a connection past the cap: a 503 over plain HTTP, a plain close over TLS (a
 /// handshake just to refuse would cost more than the refusal saves).
-async fn refuse(mut stream: TcpStream, tls: bool) {
+async fn refuse(stream: TcpStream, tls: bool) {
     if !tls {
-        const REPLY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 21\r\nretry-after: 1\r\nconnection: close\r\n\r\ntoo many connections\n";
-        let _ = timeout(Duration::from_secs(1), stream.write_all(REPLY)).await;
-        let _ = stream.shutdown().await;
-        // Read what the client sent until it closes: closing with unread data would reset the
-        // connection and could destroy the reply before the client reads it.
-        let mut sink = [0u8; 1024];
-        let _ = timeout(Duration::from_secs(1), async {
-            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
-        })
-        .await;
+        reply_and_close(stream, b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 21\r\nretry-after: 1\r\nconnection: close\r\n\r\ntoo many connections\n").await;
     }
+}
+
+/// Sends a canned response without reading the request, then closes within about 2 s.
+async fn reply_and_close(mut stream: TcpStream, reply: &[u8]) {
+    let _ = timeout(Duration::from_secs(1), stream.write_all(reply)).await;
+    let _ = stream.shutdown().await;
+    // Read what the client sent until it closes: closing with unread data would reset the
+    // connection and could destroy the reply before the client reads it.
+    let mut sink = [0u8; 1024];
+    let _ = timeout(Duration::from_secs(1), async {
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// An IO whose writes fail with `TimedOut` once one has made no progress for `limit`: a client

@@ -379,3 +379,43 @@ fn a_bad_web_config_refuses_the_start() {
     ));
     assert!(stderr.contains("server2.key"), "{stderr}");
 }
+
+#[test]
+fn sigterm_lets_the_request_in_progress_finish() {
+    let dir = TempDir::new("web-drain");
+    // bcrypt at cost 14 keeps the request busy for a good second after it is sent.
+    let hash = bcrypt::hash("s3cr3t", 14).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
+    let mut exporter = Exporter::start(&["--demo", "--web.config.file", web.to_str().unwrap()]);
+    let address = exporter.address;
+    let scrape = std::thread::spawn(move || {
+        http::get(
+            address,
+            "/metrics",
+            &[("Authorization", "Basic YWxpY2U6czNjcjN0")],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = exporter.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let response = scrape
+        .join()
+        .unwrap()
+        .expect("the request in progress is answered");
+    assert_eq!(response.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = exporter.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the exporter did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(TcpStream::connect(address).is_err(), "no longer listening");
+}

@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio::time::{sleep, timeout, Sleep};
 use tower::ServiceExt as _;
 
@@ -30,6 +30,9 @@ use super::stats::HttpStats;
 use crate::config::Web as Limits;
 use crate::snapshot::Rejection;
 
+/// How long a shutdown waits for requests in progress.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Connections past the cap answered with a 503 at the same time; more are closed at once.
 const REFUSING_AT_ONCE: usize = 64;
 
@@ -37,8 +40,8 @@ const REFUSING_AT_ONCE: usize = 64;
 /// probes cannot easily present credentials.
 const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
-/// Serves `app` on `listener` until `shutdown` completes; connections still open then are
-/// dropped with the runtime.
+/// Serves `app` on `listener` until `shutdown` completes; then stops accepting, lets requests
+/// in progress finish (up to [`SHUTDOWN_GRACE`]) and closes the connections.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -63,10 +66,11 @@ pub async fn serve(
     // Refusing politely holds the socket for up to two seconds; in a flood, past this many
     // at once the extra connections are just closed, so refusals cannot exhaust descriptors.
     let refusals = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
+    let (closing, closing_seen) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
@@ -81,8 +85,9 @@ pub async fn serve(
         let connection = connection.clone();
         match slots.clone().try_acquire_owned() {
             Ok(slot) => {
+                let closing = closing_seen.clone();
                 tokio::spawn(async move {
-                    connection.run(stream).await;
+                    connection.run(stream, closing).await;
                     drop(slot);
                 });
             }
@@ -98,6 +103,15 @@ pub async fn serve(
             }
         }
     }
+    let _ = closing.send(true);
+    // Every connection gives its slot back when it has closed.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if timeout(SHUTDOWN_GRACE, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown grace period; closing them");
+    }
 }
 
 /// Everything a connection task needs; shared by all of them.
@@ -111,13 +125,13 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(self: Arc<Self>, stream: TcpStream) {
+    async fn run(self: Arc<Self>, stream: TcpStream, closing: watch::Receiver<bool>) {
         let _open = self.stats.open_connection();
         // TLS settings are taken per connection (a reloaded certificate applies to the next
         // handshake); auth settings per request, so keep-alive connections see reloads too.
         let tls = self.web.current().tls.clone();
         match tls {
-            None => self.http_over(stream).await,
+            None => self.http_over(stream, closing).await,
             Some(acceptor) => {
                 let handshake = async {
                     if speaks_plain_http(&stream).await {
@@ -126,7 +140,7 @@ impl Connection {
                     acceptor.accept(stream).await
                 };
                 match timeout(self.limits.header_read_timeout.0, handshake).await {
-                    Ok(Ok(stream)) => self.http_over(stream).await,
+                    Ok(Ok(stream)) => self.http_over(stream, closing).await,
                     Ok(Err(error)) => {
                         tracing::debug!(%error, "TLS handshake failed");
                         self.stats.reject(Rejection::TlsHandshake);
@@ -137,7 +151,7 @@ impl Connection {
         }
     }
 
-    async fn http_over<I>(self: &Arc<Self>, io: I)
+    async fn http_over<I>(self: &Arc<Self>, io: I, mut closing: watch::Receiver<bool>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -147,7 +161,18 @@ impl Connection {
             let this = this.clone();
             async move { Ok::<_, Infallible>(this.respond(request).await) }
         });
-        if let Err(error) = self.http.serve_connection(io, service).await {
+        let connection = self.http.serve_connection(io, service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            // The flag only ever turns true, so any change means closing.
+            _ = closing.changed() => {
+                // Finish the request in progress, if any, then close.
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(error) = result {
             if let Some(reason) = classify(&error) {
                 tracing::debug!(%error, reason = reason.label(), "connection closed");
                 self.stats.reject(reason);

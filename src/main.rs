@@ -28,6 +28,13 @@ enum Command {
     /// Sample this node for a while and print why each GPU waits. Exit code 3 when a GPU has
     /// a bottleneck, 0 when none does.
     Diagnose(DiagnoseArgs),
+    /// Read a password on standard input and print its bcrypt hash for `basic_auth_users` in
+    /// the web configuration file.
+    HashPassword {
+        /// bcrypt cost (work factor): each step doubles the time to check a password.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
+        cost: u32,
+    },
 }
 
 /// Options both commands share.
@@ -100,6 +107,29 @@ fn load(common: &Common, serve: Option<&ServeArgs>) -> Result<Config, ExitCode> 
     Ok(config)
 }
 
+fn hash_password(cost: u32) -> ExitCode {
+    let mut password = String::new();
+    if let Err(error) = std::io::stdin().read_line(&mut password) {
+        eprintln!("cannot read the password: {error}");
+        return ExitCode::FAILURE;
+    }
+    let password = password.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        eprintln!("empty password: type it on standard input");
+        return ExitCode::from(2);
+    }
+    match bcrypt::hash(password, cost) {
+        Ok(hash) => {
+            println!("{hash}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("cannot hash the password: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve(cli.serve)) {
@@ -120,6 +150,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::HashPassword { cost } => hash_password(cost),
         Command::Diagnose(args) => {
             let config = match load(&args.common, None) {
                 Ok(config) => config,

@@ -419,3 +419,19 @@ fn sigterm_lets_the_request_in_progress_finish() {
     assert!(status.success(), "{status}");
     assert!(TcpStream::connect(address).is_err(), "no longer listening");
 }
+
+#[test]
+fn hash_password_prints_a_hash_the_server_accepts() {
+    let mut child = Command::new(binary())
+        .args(["hash-password", "--cost", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"s3cr3t\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let hash = String::from_utf8(output.stdout).unwrap();
+    assert!(bcrypt::verify("s3cr3t", hash.trim()).unwrap(), "{hash}");
+    assert!(!bcrypt::verify("s3cr3t\n", hash.trim()).unwrap());
+}

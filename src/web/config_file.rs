@@ -226,7 +226,7 @@ impl<'de> Deserialize<'de> for BcryptHash {
             Ok(BcryptHash(hash))
         } else {
             Err(D::Error::custom(
-                "not a bcrypt hash: expected $2y$10$... as printed by `htpasswd -nBC 10 \"\" | tr -d ':\\n'`",
+                "not a bcrypt hash: expected $2b$10$... as printed by `gpu-bottleneck-exporter hash-password` (or htpasswd -nBC 10)",
             ))
         }
     }

@@ -435,3 +435,58 @@ fn hash_password_prints_a_hash_the_server_accepts() {
     assert!(bcrypt::verify("s3cr3t", hash.trim()).unwrap(), "{hash}");
     assert!(!bcrypt::verify("s3cr3t\n", hash.trim()).unwrap());
 }
+
+#[test]
+fn min_version_and_cipher_suites_are_enforced() {
+    let fixtures = repo_root().join("tests/fixtures/tls");
+    let dir = TempDir::new("web-versions");
+    let web = dir.path().join("web.yml");
+    let tls12_client = |suites: &[rustls::SupportedCipherSuite]| {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = suites.to_vec();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_file(fixtures.join("ca.crt")).unwrap())
+            .unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&[&rustls::version::TLS12])
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    };
+    use rustls::crypto::ring::cipher_suite::{
+        TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 as AES128,
+        TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 as AES256,
+    };
+    let start = |extra: &str| {
+        std::fs::write(
+            &web,
+            format!(
+                "tls_server_config:\n  cert_file: {0}/server.crt\n  key_file: {0}/server.key\n{extra}",
+                fixtures.display()
+            ),
+        )
+        .unwrap();
+        let exporter =
+            Exporter::spawn(&["--demo", "--web.config.file", web.to_str().unwrap()], &[]);
+        let modern = tls_client(None);
+        exporter.wait_for(|| tls_get(&exporter, &modern, "/healthz").is_ok());
+        exporter
+    };
+
+    let exporter = start("  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n");
+    assert_eq!(
+        tls_get(&exporter, &tls12_client(&[AES128]), "/healthz")
+            .unwrap()
+            .0
+            .status,
+        200
+    );
+    assert!(tls_get(&exporter, &tls12_client(&[AES256]), "/healthz").is_err());
+    drop(exporter);
+
+    let exporter = start("  min_version: TLS13\n");
+    assert!(tls_get(&exporter, &tls12_client(&[AES128, AES256]), "/healthz").is_err());
+}

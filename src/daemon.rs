@@ -30,6 +30,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), ServeError> {
     serve_with(config, demo, Arc::new(web), http).map_err(ServeError::Start)
 }
 
+/// Everything after the web configuration loaded: runtime, sampler thread, listener.
 fn serve_with(
     config: Config,
     demo: bool,

@@ -14,7 +14,6 @@ Needs the workspace built (cargo build --release --workspace).
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,14 +21,7 @@ import tempfile
 import time
 import urllib.request
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
+from procstats import cpu_seconds, free_port
 
 def main():
     parser = argparse.ArgumentParser()
@@ -52,9 +44,7 @@ def main():
     config = os.path.join(work, "config.yaml")
     with open(config, "w") as f:
         f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, FAKE_NVML_SCENARIO=scenario)
     exporter = subprocess.Popen([args.exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
     try:

@@ -6,18 +6,11 @@ Usage: bench/soak.py EXPORTER_BINARY [--minutes 10]
 """
 import argparse
 import http.client
-import socket
 import statistics
 import subprocess
 import time
 
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from procstats import free_port, memory_mib
 
 
 def main():
@@ -25,9 +18,7 @@ def main():
     parser.add_argument("exporter")
     parser.add_argument("--minutes", type=float, default=10)
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen([args.exporter, "serve", "--demo", "--listen", f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
     try:
         time.sleep(2)
@@ -48,10 +39,10 @@ def main():
             latencies.append(time.perf_counter() - began)
             scrapes += 1
             if time.monotonic() >= next_memory:
-                memory.append((time.monotonic() - start, rss_mib(process.pid)))
+                memory.append((time.monotonic() - start, memory_mib(process.pid, "VmRSS")))
                 next_memory += 60
             time.sleep(max(0.0, 1.0 - (time.perf_counter() - began)))
-        memory.append((time.monotonic() - start, rss_mib(process.pid)))
+        memory.append((time.monotonic() - start, memory_mib(process.pid, "VmRSS")))
         print(f"{scrapes} scrapes over {args.minutes:g} min, {failures} failed; latency p50 {statistics.median(latencies) * 1e3:.3f} ms, "
               f"p99 {sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1e3:.3f} ms")
         print("minute  RSS MiB")

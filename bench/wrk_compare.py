@@ -16,35 +16,15 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from procstats import cpu_seconds, free_port, memory_mib
+
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def peak_rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def wait_for(url, name):
@@ -132,7 +112,7 @@ def main():
         print(f"{'target':<26}{'conns':>6}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>10}{'CPU s/1k':>10}{'peak RSS MiB':>14}")
         for name, connections, p50, p99, rate, cpu, problems in rows:
             process = next(p for n, _, p in targets if n == name)
-            print(f"{name:<26}{connections:>6}{p50:>9.3f}{p99:>9.3f}{rate:>10.0f}{cpu:>10.3f}{peak_rss_mib(process.pid):>14.1f}"
+            print(f"{name:<26}{connections:>6}{p50:>9.3f}{p99:>9.3f}{rate:>10.0f}{cpu:>10.3f}{memory_mib(process.pid, 'VmHWM'):>14.1f}"
                   + (f"  {problems}" if problems else ""))
         for connections in (1, 64):
             ours_row = next(r for r in rows if r[0] == targets[0][0] and r[1] == connections)

@@ -453,7 +453,6 @@ impl WebConfig {
             Some(path) => read(path)?,
             None => (WebSettings::plain(), Vec::new()),
         };
-        stats.set_web_config_ok(true);
         Ok(WebConfig {
             path,
             stats,

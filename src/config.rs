@@ -278,6 +278,11 @@ pub struct ProcessSource {
     /// between discoveries only the known processes are read, which keeps a tick cheap on
     /// nodes with thousands of processes. Workers started in between appear at the next one.
     pub discovery_interval: ConfigDuration,
+    /// How often every thread of each GPU process is read, for the busiest thread's share of
+    /// a core and the NUMA nodes the threads run on. Training ranks carry 100-200 threads, so
+    /// reading them every tick would make the tick's cost grow with the thread count; the
+    /// busiest-thread figure describes the span between two such passes.
+    pub thread_interval: ConfigDuration,
 }
 
 impl Default for ProcessSource {
@@ -285,6 +290,7 @@ impl Default for ProcessSource {
         ProcessSource {
             enabled: true,
             discovery_interval: ConfigDuration(Duration::from_secs(5)),
+            thread_interval: ConfigDuration(Duration::from_secs(5)),
         }
     }
 }

@@ -60,7 +60,13 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                         .scored
                         .evidence
                         .iter()
-                        .map(|e| json!({"input": e.name, "value": e.value, "threshold": e.threshold, "strength": e.strength}))
+                        .map(|e| {
+                            let mut item = json!({"input": e.name, "value": e.value, "threshold": e.threshold, "strength": e.strength});
+                            if !e.detail.is_empty() {
+                                item["detail"] = json!(e.detail);
+                            }
+                            item
+                        })
                         .collect();
                     json!({
                         "kind": k.scored.kind.name(),
@@ -111,7 +117,15 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
                 .evidence
                 .iter()
                 .filter(|e| e.strength >= 0.5)
-                .map(|e| format!("{} {:.3} (threshold {:.3})", e.name, e.value, e.threshold))
+                .map(|e| {
+                    let figure =
+                        format!("{} {:.3} (threshold {:.3})", e.name, e.value, e.threshold);
+                    if e.detail.is_empty() {
+                        figure
+                    } else {
+                        format!("{figure}: {}", e.detail)
+                    }
+                })
                 .collect();
             let _ = writeln!(out, "  Evidence: {}", evidence.join(", "));
         }

@@ -513,6 +513,8 @@ pub struct MigDevice {
 pub struct ProcessContext {
     /// Process id.
     pub pid: u32,
+    /// Parent process id (to tell siblings of one launcher, e.g. torchrun's ranks).
+    pub ppid: u32,
     /// One-letter state of the main process (R, S, D, Z, T, I, ...).
     pub state: char,
     /// Threads of the main process.
@@ -541,6 +543,8 @@ pub struct ProcessContext {
     pub numa_nodes: Vec<u32>,
     /// The processes below it.
     pub workers: WorkerSummary,
+    /// Their process ids, as last discovered (to tell one job's processes from another's).
+    pub descendants: Vec<u32>,
     /// Its cgroup, where readable.
     pub cgroup: Option<CgroupContext>,
 }

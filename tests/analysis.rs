@@ -22,8 +22,9 @@ fn healthy(uuid: &str) -> GpuObservation {
         throttled: Some(false),
         thermal_margin: Some(20.0),
         hardware_errors: Some(0),
-        pcie_degraded: Some(false),
+        pcie_bandwidth_share: Some(1.0),
         processes: Some(1),
+        independent_jobs: Some(1),
         busiest_thread: Some(0.6),
         workers: Some(8),
         workers_max_cpu: Some(0.4),
@@ -175,6 +176,40 @@ fn data_cpu() {
     });
 }
 
+/// A host saturated by the job's own loader workers, none of them pegged (four workers at
+/// half a core each on two cores) while the GPU starves: the saturated host CPU decides it.
+#[test]
+fn data_cpu_from_a_host_saturated_by_the_jobs_own_workers() {
+    let saturated = |o: &mut GpuObservation| {
+        o.busy = Some(0.2);
+        o.idle_share = Some(0.5);
+        o.workers = Some(4);
+        o.workers_max_cpu = Some(0.5);
+        o.busiest_thread = Some(0.3);
+        o.host_cpu = Some(0.99);
+        o.other_cpu = Some(0.02);
+    };
+    fires(Kind::DataCpu, saturated);
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        saturated(&mut o);
+        o
+    });
+    assert!(score(&verdict, Kind::DataCpu).unwrap() >= 0.9);
+    // A ratio capped at 1 reaches a decisive score at saturation.
+    let verdict = run(40, |_| GpuObservation {
+        busy: Some(0.2),
+        host_cpu: Some(1.0),
+        ..healthy("GPU-a")
+    });
+    assert_eq!(score(&verdict, Kind::DataCpu), Some(1.0));
+    // Near miss: a busy but unsaturated host (85 %) with no pegged worker.
+    does_not_fire(Kind::DataCpu, |o| {
+        saturated(o);
+        o.host_cpu = Some(0.85);
+    });
+}
+
 #[test]
 fn host_bound() {
     fires(Kind::HostBound, |o| {
@@ -244,13 +279,82 @@ fn communication_from_imbalance_within_a_job() {
 
 #[test]
 fn contention() {
-    fires(Kind::Contention, |o| o.processes = Some(3));
+    // Owners unknown (no host context): three processes are enough of a hint.
+    fires(Kind::Contention, |o| {
+        o.processes = Some(3);
+        o.independent_jobs = None;
+    });
     fires(Kind::Contention, |o| {
         o.busy = Some(0.5);
         o.cgroup_throttled = Some(0.4);
     });
     // Near miss: quota throttling while the GPU is saturated does not hurt it.
     does_not_fire(Kind::Contention, |o| o.cgroup_throttled = Some(0.4));
+}
+
+/// Two independent jobs on one GPU are a fact, not "at threshold": contention wins over the
+/// softer sync_stall the same starving, quiet picture also scores, and names the other job.
+#[test]
+fn contention_from_an_independent_job_beats_softer_kinds() {
+    let shared = |o: &mut GpuObservation| {
+        o.busy = Some(0.3);
+        o.idle_share = Some(0.6);
+        o.busiest_thread = Some(0.2);
+        o.workers_max_cpu = Some(0.1);
+        o.host_cpu = Some(0.1);
+        o.disk_util = Some(0.05);
+        o.processes = Some(2);
+        o.independent_jobs = Some(2);
+        o.other_jobs = vec!["pid 812 (python3, pod 6f1c)".into()];
+    };
+    fires(Kind::Contention, shared);
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        shared(&mut o);
+        o
+    });
+    assert!(active(&verdict).contains(&Kind::SyncStall));
+    let contention = &verdict.kinds[Kind::ALL
+        .iter()
+        .position(|k| *k == Kind::Contention)
+        .unwrap()];
+    assert!(contention.scored.score.unwrap() >= 0.9);
+    let named = contention
+        .scored
+        .evidence
+        .iter()
+        .find(|e| e.name == "other_jobs_on_gpu")
+        .unwrap();
+    assert_eq!(named.detail, "pid 812 (python3, pod 6f1c)");
+    // Near miss: two processes of one job (a rank and its child) share the GPU.
+    does_not_fire(Kind::Contention, |o| {
+        shared(o);
+        o.independent_jobs = Some(1);
+        o.other_jobs.clear();
+    });
+}
+
+/// A PCIe link at gen 2 x4 of gen 5 x16 under load keeps 3 % of its bandwidth: a decisive
+/// communication score, not a tie at the threshold.
+#[test]
+fn a_degraded_pcie_link_under_load_is_communication() {
+    let degraded = |o: &mut GpuObservation| {
+        o.busy = Some(0.8);
+        o.pcie_bandwidth_share = Some((4.0 * 4.0) / (31.508 * 16.0));
+    };
+    fires(Kind::Communication, degraded);
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        degraded(&mut o);
+        o
+    });
+    assert!(score(&verdict, Kind::Communication).unwrap() > 0.95);
+    // Near misses: the same link on a GPU that idles (links drop on purpose), a full link.
+    does_not_fire(Kind::Communication, |o| {
+        degraded(o);
+        o.busy = Some(0.1);
+    });
+    does_not_fire(Kind::Communication, |o| o.busy = Some(0.8));
 }
 
 #[test]

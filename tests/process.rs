@@ -148,6 +148,89 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
     );
 }
 
+/// A pod with one rank per GPU in one container: every rank's cgroup figures come from the
+/// same cgroup and every one of them gets them (not only the first read in a tick).
+#[test]
+fn every_gpu_process_of_one_cgroup_gets_its_throttling_and_pressure() {
+    let fixtures = common::repo_root().join("tests/fixtures/process-v2");
+    let work = TempDir::new("one-cgroup");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(&fixtures)
+        .arg(work.path().join("tree"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ranks = [1000, 1010, 1011, 1012];
+    for tree in ["t0", "t1"] {
+        let proc = work.path().join("tree").join(tree).join("proc");
+        for rank in &ranks[1..] {
+            std::fs::copy(
+                proc.join("1000/cgroup"),
+                proc.join(format!("{rank}/cgroup")),
+            )
+            .unwrap();
+        }
+    }
+    let roots = HostRoots {
+        procfs: work.path().join("proc"),
+        sysfs: work.path().join("sys"),
+    };
+    let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
+    let mut snapshot = Snapshot::default();
+    for (second, tree) in ["t0", "t1"].iter().enumerate() {
+        for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
+            let _ = std::fs::remove_file(link);
+            std::os::unix::fs::symlink(work.path().join("tree").join(tree).join(dir), link)
+                .unwrap();
+        }
+        snapshot = node_with_gpu_process(1000, "python3");
+        let gpu = snapshot.gpu.as_mut().unwrap();
+        let template = gpu.devices[0].clone();
+        gpu.devices = ranks
+            .iter()
+            .enumerate()
+            .map(|(index, pid)| {
+                let mut device = template.clone();
+                device.index = index as u32;
+                device.uuid = format!("GPU-{index}");
+                device.processes[0].pid = *pid;
+                device
+            })
+            .collect();
+        source
+            .sample(&mut snapshot, Duration::from_secs(second as u64))
+            .unwrap();
+    }
+    assert_eq!(snapshot.processes.len(), ranks.len());
+    for c in &snapshot.processes {
+        let g = c.cgroup.as_ref().unwrap();
+        assert_eq!(
+            g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+            "pid {}",
+            c.pid
+        );
+        common::assert_close(g.throttled_ratio, 0.4);
+        let cpu = g.pressure.iter().find(|p| p.resource == "cpu").unwrap();
+        common::assert_close(cpu.rates.map(|r| r.some_ratio), 0.3);
+    }
+    // The throttled-ratio series is there for every GPU process, so the analysis of every GPU
+    // sees the cgroup's throttling.
+    let (text, _) = common::render_pinned(&snapshot);
+    let f = common::exposition::parse(&text, false).unwrap();
+    for pid in ranks {
+        assert_eq!(
+            value(
+                &f,
+                "gpu_process_cgroup_cpu_throttled_ratio",
+                &[("pid", &pid.to_string())]
+            ),
+            Some(0.4),
+            "pid {pid}"
+        );
+    }
+}
+
 #[test]
 fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
     let snapshot = sample_fixture("process-v1", 2000, "train.py");

@@ -81,6 +81,8 @@ pub struct Evidence {
     pub threshold: f64,
     /// Strength in 0..1 (0.5 at the threshold).
     pub strength: f64,
+    /// What a categorical fact names (e.g. the other processes on the GPU); empty otherwise.
+    pub detail: String,
 }
 
 /// A kind's score over the current window, before hysteresis.

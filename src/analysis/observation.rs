@@ -1,7 +1,7 @@
 //! What the analysis looks at: per GPU and tick, the figures the rules need, pulled out of a
 //! snapshot (pure), and their averages over the window.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::snapshot::{GpuDevice, ProcessContext, Snapshot};
 
@@ -37,10 +37,15 @@ pub struct GpuObservation {
     pub hardware_errors: Option<u64>,
     /// A row remap is pending or failed.
     pub remap_trouble: bool,
-    /// PCIe link below its maximum.
-    pub pcie_degraded: Option<bool>,
+    /// Share of its maximum bandwidth the PCIe link trained at (1.0: full generation and width).
+    pub pcie_bandwidth_share: Option<f64>,
     /// Processes on the GPU.
     pub processes: Option<u32>,
+    /// Independent jobs among the processes on the GPU (`None` when some process's owner is
+    /// unknown).
+    pub independent_jobs: Option<u32>,
+    /// The processes on the GPU outside the main process's job, described for the evidence.
+    pub other_jobs: Vec<String>,
     /// What groups this GPU with others of the same job (a process, pod or Slurm job).
     pub job: Option<String>,
     /// The main GPU process's busiest thread, share of a core.
@@ -116,6 +121,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                         .map(|g| format!("slurm:{}", g.slurm_job))
                 }
             });
+            let (independent_jobs, other_jobs) = jobs_on(device, &contexts);
             GpuObservation {
                 at,
                 index: device.index,
@@ -140,8 +146,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .map(|(s, t)| s - t),
                 hardware_errors: hardware_errors(device),
                 remap_trouble: device.remapped_rows.is_some_and(|r| r.pending || r.failed),
-                pcie_degraded: pcie_degraded(device),
+                pcie_bandwidth_share: pcie_bandwidth_share(device),
                 processes: device.process_count,
+                independent_jobs,
+                other_jobs,
                 job,
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 workers: context.map(|c| c.workers.count),
@@ -169,9 +177,108 @@ fn hardware_errors(device: &GpuDevice) -> Option<u64> {
     Some(xids + device.ecc_uncorrected.unwrap_or(0))
 }
 
-fn pcie_degraded(device: &GpuDevice) -> Option<bool> {
+/// Usable bandwidth of one PCIe lane of a generation, in Gbit/s (after line encoding).
+fn lane_gbits(generation: u32) -> f64 {
+    match generation {
+        0 | 1 => 2.0,
+        2 => 4.0,
+        3 => 7.877,
+        4 => 15.754,
+        5 => 31.508,
+        // Generation 6 and later double per generation.
+        g => 31.508 * f64::from(1u32 << (g - 5).min(8)),
+    }
+}
+
+fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
     let p = device.pcie;
-    Some(p.generation? < p.max_generation? || p.width? < p.max_width?)
+    let now = lane_gbits(p.generation?) * f64::from(p.width?);
+    let max = lane_gbits(p.max_generation?) * f64::from(p.max_width?);
+    (max > 0.0).then(|| (now / max).min(1.0))
+}
+
+/// The independent jobs among a GPU's processes, and a description of each process outside
+/// the main (first) process's job. Processes are one job when they share a pod, container or
+/// Slurm job, when one descends from the other, or when they are siblings of one launcher
+/// (torchrun, mpirun). `None` jobs when a process's host context is missing: its owner is
+/// unknown.
+fn jobs_on(
+    device: &GpuDevice,
+    contexts: &BTreeMap<u32, &ProcessContext>,
+) -> (Option<u32>, Vec<String>) {
+    let found: Option<Vec<&ProcessContext>> = device
+        .processes
+        .iter()
+        .map(|p| contexts.get(&p.pid).copied())
+        .collect();
+    // A process left out of the top-N list has an unknown owner too.
+    let listed_all = device.process_count == Some(device.processes.len() as u32);
+    let Some(found) = found.filter(|f| !f.is_empty() && listed_all) else {
+        return (None, Vec::new());
+    };
+    // Label propagation over the "same job" relation: a handful of processes per GPU.
+    let mut job: Vec<usize> = (0..found.len()).collect();
+    loop {
+        let mut changed = false;
+        for a in 0..found.len() {
+            for b in 0..found.len() {
+                if job[b] < job[a] && same_job(found[a], found[b]) {
+                    job[a] = job[b];
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let distinct: BTreeSet<usize> = job.iter().copied().collect();
+    let others = device
+        .processes
+        .iter()
+        .zip(&found)
+        .zip(&job)
+        .filter(|(_, j)| **j != job[0])
+        .map(|((p, c), _)| describe(p.pid, &p.command, c))
+        .collect();
+    (Some(distinct.len() as u32), others)
+}
+
+fn same_job(a: &ProcessContext, b: &ProcessContext) -> bool {
+    let shared = |f: fn(&crate::snapshot::CgroupContext) -> &str| {
+        let (Some(x), Some(y)) = (&a.cgroup, &b.cgroup) else {
+            return false;
+        };
+        !f(x).is_empty() && f(x) == f(y)
+    };
+    shared(|g| &g.pod_uid)
+        || shared(|g| &g.container_id)
+        || shared(|g| &g.slurm_job)
+        || a.descendants.contains(&b.pid)
+        || b.descendants.contains(&a.pid)
+        || (a.ppid > 1 && a.ppid == b.ppid)
+}
+
+/// "pid 812 (python3, pod 6f1c...)": who a process is, for evidence.
+fn describe(pid: u32, command: &str, context: &ProcessContext) -> String {
+    let owner = context.cgroup.as_ref().and_then(|g| {
+        if !g.pod_uid.is_empty() {
+            Some(format!("pod {}", g.pod_uid))
+        } else if !g.slurm_job.is_empty() {
+            Some(format!("Slurm job {}", g.slurm_job))
+        } else if !g.container_id.is_empty() {
+            Some(format!(
+                "container {}",
+                &g.container_id[..g.container_id.len().min(12)]
+            ))
+        } else {
+            None
+        }
+    });
+    match owner {
+        Some(owner) => format!("pid {pid} ({command}, {owner})"),
+        None => format!("pid {pid} ({command})"),
+    }
 }
 
 /// Mean of the values present over the window; `None` if none is.
@@ -185,4 +292,132 @@ pub fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 /// Share of the window in which a flag was set, over the ticks where it is known.
 pub fn share(values: impl Iterator<Item = Option<bool>>) -> Option<f64> {
     mean(values.map(|v| v.map(|b| if b { 1.0 } else { 0.0 })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{CgroupContext, GpuProcess, GpuSnapshot};
+
+    fn process(pid: u32, ppid: u32, pod: &str, descendants: &[u32]) -> ProcessContext {
+        ProcessContext {
+            pid,
+            ppid,
+            descendants: descendants.to_vec(),
+            cgroup: Some(CgroupContext {
+                pod_uid: pod.into(),
+                ..CgroupContext::default()
+            }),
+            ..ProcessContext::default()
+        }
+    }
+
+    /// One GPU holding the given processes (first = main), with their host contexts.
+    fn jobs(contexts: Vec<ProcessContext>) -> (Option<u32>, Vec<String>) {
+        let device = GpuDevice {
+            uuid: "GPU-a".into(),
+            up: true,
+            process_count: Some(contexts.len() as u32),
+            processes: contexts
+                .iter()
+                .map(|c| GpuProcess {
+                    pid: c.pid,
+                    command: format!("cmd{}", c.pid),
+                    ..GpuProcess::default()
+                })
+                .collect(),
+            ..GpuDevice::default()
+        };
+        let snapshot = Snapshot {
+            gpu: Some(GpuSnapshot {
+                nvml_up: true,
+                devices: vec![device],
+                ..GpuSnapshot::default()
+            }),
+            processes: contexts,
+            ..Snapshot::default()
+        };
+        let o = observe(&snapshot, 0.0).remove(0);
+        (o.independent_jobs, o.other_jobs)
+    }
+
+    #[test]
+    fn processes_of_one_job_are_one_user_of_the_gpu() {
+        // A rank and a loader worker that opened a CUDA context (its descendant).
+        let rank = process(10, 5, "", &[11, 12]);
+        assert_eq!(
+            jobs(vec![rank.clone(), process(11, 10, "", &[])]).0,
+            Some(1)
+        );
+        // Two ranks of one launcher (torchrun's children), no cgroup owner.
+        assert_eq!(
+            jobs(vec![process(20, 7, "", &[]), process(21, 7, "", &[])]).0,
+            Some(1)
+        );
+        // Two processes of one pod, started by different parents.
+        assert_eq!(
+            jobs(vec![process(30, 8, "p", &[]), process(31, 9, "p", &[])]).0,
+            Some(1)
+        );
+        // Orphans (reparented to init) are not siblings of a launcher.
+        assert_eq!(
+            jobs(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]).0,
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn independent_jobs_are_counted_and_named() {
+        let (count, others) = jobs(vec![
+            process(10, 5, "pod-a", &[]),
+            process(11, 10, "pod-a", &[]),
+            process(812, 6, "pod-b", &[]),
+        ]);
+        assert_eq!(count, Some(2));
+        assert_eq!(others, vec!["pid 812 (cmd812, pod pod-b)".to_string()]);
+    }
+
+    #[test]
+    fn owners_are_unknown_without_every_host_context() {
+        let mut snapshot_contexts = vec![process(10, 5, "pod-a", &[])];
+        let (count, _) = jobs(snapshot_contexts.clone());
+        assert_eq!(count, Some(1));
+        // The second process's context is missing (it could not be read).
+        snapshot_contexts.push(process(11, 6, "pod-b", &[]));
+        let device = GpuDevice {
+            process_count: Some(2),
+            processes: vec![
+                GpuProcess {
+                    pid: 10,
+                    ..GpuProcess::default()
+                },
+                GpuProcess {
+                    pid: 99,
+                    ..GpuProcess::default()
+                },
+            ],
+            ..GpuDevice::default()
+        };
+        let contexts: BTreeMap<u32, &ProcessContext> =
+            snapshot_contexts.iter().map(|c| (c.pid, c)).collect();
+        assert_eq!(jobs_on(&device, &contexts).0, None);
+    }
+
+    #[test]
+    fn pcie_bandwidth_share_counts_generation_and_width() {
+        let link = |generation, width| GpuDevice {
+            pcie: crate::snapshot::PcieLink {
+                generation: Some(generation),
+                width: Some(width),
+                max_generation: Some(5),
+                max_width: Some(16),
+                ..Default::default()
+            },
+            ..GpuDevice::default()
+        };
+        assert_eq!(pcie_bandwidth_share(&link(5, 16)), Some(1.0));
+        assert!((pcie_bandwidth_share(&link(4, 16)).unwrap() - 0.5).abs() < 0.001);
+        assert!((pcie_bandwidth_share(&link(5, 8)).unwrap() - 0.5).abs() < 1e-9);
+        assert!(pcie_bandwidth_share(&link(2, 4)).unwrap() < 0.04);
+    }
 }

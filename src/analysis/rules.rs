@@ -1,9 +1,13 @@
 //! One small function per bottleneck kind: window averages in, a score and its evidence out.
 //!
-//! Every condition is scored the same way: 0.5 exactly at its threshold, rising to 1.0 at
-//! twice the distance from "nothing" and falling to 0.3 at 60 % of the way, so one
-//! enter/leave pair of scores gives every rule the same hysteresis. A condition whose input
-//! is missing makes its rule unknown (`None`), never 0.
+//! Every measured condition scores 0.5 exactly at its threshold and 0.3 at 60 % of the way
+//! from "nothing", so one enter/leave pair of scores gives every rule the same hysteresis.
+//! Past the threshold it rises to 1.0 at the decisive end: twice the threshold for an
+//! unbounded quantity ([`high`]), saturation for a ratio that cannot exceed 1 ([`high_ratio`]:
+//! host CPU, disk utilization, a pegged thread), so a saturated resource decides the case
+//! instead of hovering at the entry score. Categorical facts (two independent jobs on one GPU,
+//! a PCIe link trained far below its maximum) score by how certain they make the cause, not as
+//! "at threshold". A condition whose input is missing makes its rule unknown (`None`), never 0.
 
 use super::observation::{mean, share, GpuObservation};
 use super::{Evidence, Kind, KindScore};
@@ -16,6 +20,20 @@ pub fn high(value: f64, threshold: f64) -> f64 {
     }
     (0.5 * value / threshold).clamp(0.0, 1.0)
 }
+
+/// How strongly a ratio bounded by 1 exceeds `threshold`: as [`high`] up to the threshold,
+/// then rising at least linearly to 1.0 at saturation (a ratio of 1), which [`high`] alone
+/// could never reach for a threshold above 0.5.
+pub fn high_ratio(value: f64, threshold: f64) -> f64 {
+    if value < threshold || threshold >= 1.0 {
+        return high(value, threshold);
+    }
+    let to_saturation = 0.5 + 0.5 * (value - threshold) / (1.0 - threshold);
+    to_saturation.max(high(value, threshold)).clamp(0.0, 1.0)
+}
+
+/// Score of a categorical fact that makes its cause certain.
+pub const CERTAIN: f64 = 0.9;
 
 /// How strongly a ratio in 0..1 falls below `threshold` ("low is bad").
 pub fn low(value: f64, threshold: f64) -> f64 {
@@ -46,10 +64,12 @@ pub struct WindowFigures {
     pub new_hardware_errors: Option<u64>,
     /// A row remap is pending or failed (latest tick).
     pub remap_trouble: bool,
-    /// PCIe link below its maximum (latest tick).
-    pub pcie_degraded: Option<bool>,
+    /// Share of its maximum bandwidth the PCIe link trained at (latest tick).
+    pub pcie_bandwidth_share: Option<f64>,
     /// Mean processes on the GPU.
     pub processes: Option<f64>,
+    /// Who shares the GPU.
+    pub sharing: Option<Sharing>,
     /// Mean share of a core used by the main process's busiest thread.
     pub busiest_thread: Option<f64>,
     /// Mean number of loader workers.
@@ -80,6 +100,18 @@ pub struct WindowFigures {
     pub job_gap: Option<f64>,
 }
 
+/// Who shares a GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sharing {
+    /// Mean processes on the GPU over the window.
+    pub processes: f64,
+    /// Independent jobs among them on the latest tick; `None` when the owner of some process
+    /// is unknown.
+    pub independent_jobs: Option<u32>,
+    /// The processes outside the main process's job on the latest tick, described.
+    pub others: Vec<String>,
+}
+
 /// Averages one GPU's observations (oldest first) over the window.
 pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
     let m = |f: fn(&GpuObservation) -> Option<f64>| mean(window.iter().map(|o| f(o)));
@@ -99,8 +131,16 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
             .zip(errors.last())
             .map(|(a, b)| b.saturating_sub(*a)),
         remap_trouble: window.last().is_some_and(|o| o.remap_trouble),
-        pcie_degraded: window.last().and_then(|o| o.pcie_degraded),
+        pcie_bandwidth_share: window.last().and_then(|o| o.pcie_bandwidth_share),
         processes: counts(|o| o.processes),
+        sharing: counts(|o| o.processes).map(|processes| Sharing {
+            processes,
+            independent_jobs: window.last().and_then(|o| o.independent_jobs),
+            others: window
+                .last()
+                .map(|o| o.other_jobs.clone())
+                .unwrap_or_default(),
+        }),
         busiest_thread: m(|o| o.busiest_thread),
         workers: counts(|o| o.workers),
         workers_max_cpu: m(|o| o.workers_max_cpu),
@@ -149,6 +189,7 @@ impl Rule {
                     value: v,
                     threshold,
                     strength: s,
+                    detail: String::new(),
                 });
                 s
             }
@@ -159,23 +200,37 @@ impl Rule {
         }
     }
 
-    /// Like `condition`, but a missing input only weakens an alternative, it does not make
-    /// the kind unknown (one of several signals of the same cause).
+    /// Like `condition` with a "high is bad" strength, but a missing input only weakens an
+    /// alternative, it does not make the kind unknown (one of several signals of the same
+    /// cause).
     fn alternative(
         &mut self,
         name: &'static str,
         value: Option<f64>,
         threshold: f64,
+        strength: fn(f64, f64) -> f64,
     ) -> Option<f64> {
         let v = value?;
-        let s = high(v, threshold);
+        let s = strength(v, threshold);
         self.evidence.push(Evidence {
             name,
             value: v,
             threshold,
             strength: s,
+            detail: String::new(),
         });
         Some(s)
+    }
+
+    /// Records a categorical fact with its score and what it names.
+    fn fact(&mut self, name: &'static str, value: f64, strength: f64, detail: String) {
+        self.evidence.push(Evidence {
+            name,
+            value,
+            threshold: 1.0,
+            strength,
+            detail,
+        });
     }
 
     fn done(self, kind: Kind, score: f64) -> KindScore {
@@ -209,12 +264,12 @@ pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
     let gate = starved(&mut rule, w, t);
     let alternatives = [
-        rule.alternative("disk_util", w.disk_util, t.disk_util_high),
-        rule.alternative("iowait", w.iowait, t.iowait_high),
-        rule.alternative("psi_io", w.psi_io, t.psi_io_high),
-        rule.alternative("workers_blkio", w.workers_blkio, t.workers_blkio_high),
+        rule.alternative("disk_util", w.disk_util, t.disk_util_high, high_ratio),
+        rule.alternative("iowait", w.iowait, t.iowait_high, high_ratio),
+        rule.alternative("psi_io", w.psi_io, t.psi_io_high, high_ratio),
+        rule.alternative("workers_blkio", w.workers_blkio, t.workers_blkio_high, high),
         // A worker in D state on average, against one worker: a plain count.
-        rule.alternative("workers_in_io_wait", w.workers_disk_wait, 1.0),
+        rule.alternative("workers_in_io_wait", w.workers_disk_wait, 1.0, high),
     ];
     rule.any(Kind::DataIo, gate, &alternatives)
 }
@@ -224,8 +279,13 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
     let gate = starved(&mut rule, w, t);
     let alternatives = [
-        rule.alternative("workers_max_cpu", w.workers_max_cpu, t.worker_cpu_high),
-        rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high),
+        rule.alternative(
+            "workers_max_cpu",
+            w.workers_max_cpu,
+            t.worker_cpu_high,
+            high_ratio,
+        ),
+        rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high, high_ratio),
     ];
     rule.any(Kind::DataCpu, gate, &alternatives)
 }
@@ -234,7 +294,12 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
 pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
     let gate = starved(&mut rule, w, t);
-    let thread = rule.condition("busiest_thread", w.busiest_thread, t.main_thread_high, high);
+    let thread = rule.condition(
+        "busiest_thread",
+        w.busiest_thread,
+        t.main_thread_high,
+        high_ratio,
+    );
     rule.done(Kind::HostBound, gate.min(thread))
 }
 
@@ -256,7 +321,7 @@ pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
 /// "Utilization" high while the SMs are mostly empty.
 pub fn kernel_efficiency(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
-    let util = rule.condition("gpu_busy", w.busy, t.kernel_util_high, high);
+    let util = rule.condition("gpu_busy", w.busy, t.kernel_util_high, high_ratio);
     let sm = rule.condition("sm_activity", w.sm_activity, t.sm_activity_low, low);
     rule.done(Kind::KernelEfficiency, util.min(sm))
 }
@@ -264,29 +329,34 @@ pub fn kernel_efficiency(w: &WindowFigures, t: &Thresholds) -> KindScore {
 /// Device memory near full.
 pub fn memory_pressure(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
-    let used = rule.condition("memory_used", w.memory_used_ratio, t.memory_used_high, high);
+    let used = rule.condition(
+        "memory_used",
+        w.memory_used_ratio,
+        t.memory_used_high,
+        high_ratio,
+    );
     rule.done(Kind::MemoryPressure, used)
 }
 
 /// Waiting on the other GPUs of the job, or on a degraded link.
 pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
-    let gap = match w.job_gap {
-        Some(gap) => rule
-            .alternative("job_busy_gap", Some(gap), t.job_imbalance)
-            .unwrap_or(0.0),
-        None => 0.0,
-    };
-    let degraded_while_busy = match (w.pcie_degraded, w.busy) {
-        // A link trained below its maximum while the GPU works (idle links drop on purpose).
-        (Some(true), Some(busy)) if busy > 0.5 => {
-            rule.evidence.push(Evidence {
-                name: "pcie_degraded",
-                value: 1.0,
-                threshold: 1.0,
-                strength: 0.5,
-            });
-            0.5
+    let gap = rule
+        .alternative("job_busy_gap", w.job_gap, t.job_imbalance, high)
+        .unwrap_or(0.0);
+    let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
+        // A link trained below its maximum while the GPU works (idle links drop on purpose):
+        // the less bandwidth it has left, the surer the cause. Half the bandwidth scores
+        // 0.75, a gen 2 x4 link of a gen 5 x16 slot (3 % left) 0.98.
+        (Some(share), Some(busy)) if share < 1.0 && busy > 0.5 => {
+            let score = 0.5 + 0.5 * (1.0 - share);
+            rule.fact(
+                "pcie_bandwidth_share",
+                share,
+                score,
+                "PCIe link trained below its maximum generation or width".into(),
+            );
+            score
         }
         _ => 0.0,
     };
@@ -297,30 +367,43 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
 pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
     let gate = starved(&mut rule, w, t);
-    // Two processes on one GPU score 0.5, three 0.75, four or more 1.
-    let sharing = w
-        .processes
-        .map(|n| if n >= 2.0 { (0.25 * n).min(1.0) } else { 0.0 });
-    if let (Some(n), Some(s)) = (w.processes, sharing) {
-        rule.evidence.push(Evidence {
-            name: "processes_on_gpu",
-            value: n,
-            threshold: 2.0,
-            strength: s,
-        });
-    }
+    // Other jobs on the same GPU compete whether or not it waits. Processes of one job (one
+    // pod, container, Slurm job or process tree) are one user of the GPU, not contention.
+    let sharing = w.sharing.as_ref().map(|sharing| {
+        let (score, name) = match sharing.independent_jobs {
+            // Every process's owner is known: another job on the GPU is a fact.
+            Some(jobs) if jobs >= 2 => (CERTAIN + 0.05 * f64::from(jobs - 2), "other_jobs_on_gpu"),
+            Some(_) => (0.0, "other_jobs_on_gpu"),
+            // Owners unknown: several processes are only a hint, scored at the threshold.
+            None if sharing.processes >= 2.0 => {
+                ((0.25 * sharing.processes).min(1.0), "processes_on_gpu")
+            }
+            None => (0.0, "processes_on_gpu"),
+        };
+        let value = sharing
+            .independent_jobs
+            .map_or(sharing.processes, |jobs| f64::from(jobs.saturating_sub(1)));
+        rule.fact(name, value, score.min(1.0), sharing.others.join("; "));
+        score.min(1.0)
+    });
     let host_side = [
         rule.alternative(
             "cgroup_throttled",
             w.cgroup_throttled,
             t.cgroup_throttled_high,
+            high_ratio,
         ),
-        rule.alternative("other_cpu", w.other_cpu, t.other_cpu_high),
-        rule.alternative("steal", w.steal, t.steal_high),
-        rule.alternative("numa_mismatch", w.numa_mismatch_share, 1.0),
+        rule.alternative("other_cpu", w.other_cpu, t.other_cpu_high, high_ratio),
+        rule.alternative("steal", w.steal, t.steal_high, high_ratio),
+        // Placement across NUMA nodes slows host-device copies but rarely decides a case
+        // alone: a whole window of it scores just past the entry score.
+        w.numa_mismatch_share.map(|share| {
+            let score = 0.6 * share;
+            rule.fact("numa_mismatch", share, score, String::new());
+            score
+        }),
     ];
-    // Another process on the same GPU competes whether or not it waits; host-side
-    // competition only matters while the GPU waits.
+    // Host-side competition only matters while the GPU waits.
     let host = host_side
         .iter()
         .flatten()
@@ -338,7 +421,12 @@ pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
 /// Clocks held down.
 pub fn throttling(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
-    let reasons = rule.alternative("throttled_share", w.throttled_share, t.throttled_share_high);
+    let reasons = rule.alternative(
+        "throttled_share",
+        w.throttled_share,
+        t.throttled_share_high,
+        high_ratio,
+    );
     let heat = w.thermal_margin.map(|margin| {
         // Closer than the margin to the slowdown temperature scores past 0.5.
         let s = if margin <= 0.0 {
@@ -351,6 +439,7 @@ pub fn throttling(w: &WindowFigures, t: &Thresholds) -> KindScore {
             value: margin,
             threshold: t.thermal_margin_celsius,
             strength: s,
+            detail: String::new(),
         });
         s
     });
@@ -361,30 +450,20 @@ pub fn throttling(w: &WindowFigures, t: &Thresholds) -> KindScore {
 pub fn hardware(w: &WindowFigures) -> KindScore {
     let mut rule = Rule::new();
     let lost = if w.up { 0.0 } else { 1.0 };
-    rule.evidence.push(Evidence {
-        name: "gpu_not_answering",
-        value: lost,
-        threshold: 1.0,
-        strength: lost,
-    });
+    rule.fact("gpu_not_answering", lost, lost, String::new());
     let errors = w
         .new_hardware_errors
         .map_or(0.0, |n| if n > 0 { 1.0 } else { 0.0 });
     if let Some(n) = w.new_hardware_errors {
-        rule.evidence.push(Evidence {
-            name: "new_xid_or_uncorrected_ecc",
-            value: n as f64,
-            threshold: 1.0,
-            strength: errors,
-        });
+        rule.fact(
+            "new_xid_or_uncorrected_ecc",
+            n as f64,
+            errors,
+            String::new(),
+        );
     }
     let remap = if w.remap_trouble { 1.0 } else { 0.0 };
-    rule.evidence.push(Evidence {
-        name: "row_remap_pending_or_failed",
-        value: remap,
-        threshold: 1.0,
-        strength: remap,
-    });
+    rule.fact("row_remap_pending_or_failed", remap, remap, String::new());
     rule.done(Kind::Hardware, lost.max(errors).max(remap))
 }
 
@@ -416,5 +495,18 @@ mod tests {
         assert_eq!(low(0.7, 0.7), 0.5);
         assert_eq!(low(0.0, 0.7), 1.0);
         assert!((low(0.82, 0.7) - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bounded_ratios_reach_a_decisive_score_at_saturation() {
+        // Below the threshold: exactly as `high` (same hysteresis).
+        assert_eq!(high_ratio(0.45, 0.9), high(0.45, 0.9));
+        assert_eq!(high_ratio(0.9, 0.9), 0.5);
+        assert!((high_ratio(0.95, 0.9) - 0.75).abs() < 1e-12);
+        assert_eq!(high_ratio(1.0, 0.9), 1.0);
+        // `high` alone could never pass 0.56 for a ratio with a 0.9 threshold.
+        assert!(high(1.0, 0.9) < 0.56);
+        // Small thresholds keep `high`'s doubling where it comes first.
+        assert_eq!(high_ratio(0.2, 0.1), 1.0);
     }
 }

@@ -287,10 +287,13 @@ impl DemoSource {
             Role::JobFastRank | Role::JobSlowRank => {
                 "de300000-0000-4000-8000-00000000006a".to_string()
             }
+            // The notebooks on the contended GPU belong to other pods.
+            Role::Contention if !main => format!("de300000-0000-4000-8001-{pid:012}"),
             _ => format!("de300000-0000-4000-8000-{index:012}"),
         };
         ProcessContext {
             pid,
+            ppid: pid - 50_000,
             state: if busiest > 0.9 { 'R' } else { 'S' },
             threads: 48,
             cpu_user_seconds: 1000.0,
@@ -318,6 +321,7 @@ impl DemoSource {
                 blkio_delay_ratio: Some(if workers > 0 { blkio } else { 0.0 }),
                 read_bytes_per_second: Some(if workers > 0 { read_rate } else { 0.0 }),
             },
+            descendants: (1..=workers).map(|w| pid + 1_000_000 + w).collect(),
             cgroup: Some(CgroupContext {
                 pod_uid: pod,
                 container_id: format!("{:064x}", 0xde30_0000u64 + pid as u64),

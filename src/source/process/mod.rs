@@ -10,6 +10,7 @@
 //! skipped quietly.
 
 pub mod cgroup;
+mod cgroups;
 pub mod procfs;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -17,15 +18,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use self::cgroup::CgroupIdentity;
+use self::cgroups::CgroupReader;
 use self::procfs::Stat;
 use super::host::cpu::USER_HZ;
-use super::host::pressure::{parse_pressure, pressure_rates, RESOURCES};
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::ProcessSource as ProcessConfig;
-use crate::snapshot::{
-    CgroupContext, Pressure, PressureSnapshot, ProcessContext, Snapshot, WorkerSummary,
-};
+use crate::snapshot::{ProcessContext, Snapshot, WorkerSummary};
 
 /// ESRCH: the process exited between finding it and reading one of its files.
 const ESRCH: i32 = 3;
@@ -60,51 +58,47 @@ struct Tree {
     discovered_at: Duration,
 }
 
-/// Where a process's cgroup files are, found once per process.
-#[derive(Debug, Clone, Default)]
-struct CgroupPlace {
-    identity: CgroupIdentity,
-    /// Directory of a cgroup v2 cgroup.
-    v2: Option<PathBuf>,
-    /// Directory of the v1 cpu controller's cgroup.
-    v1_cpu: Option<PathBuf>,
-}
-
-/// Counters of a cgroup, kept between ticks.
-#[derive(Debug, Clone, Default)]
-struct CgroupCounters {
-    periods: u64,
-    throttled_periods: u64,
-    pressure: Vec<(&'static str, Pressure)>,
+/// What the last pass over a GPU process's threads found.
+struct ThreadPass {
+    at: Duration,
+    /// CPU ticks of each thread (tid, start time) at the pass.
+    cpu: HashMap<(u32, u64), u64>,
+    /// The busiest thread's share of a core between this pass and the one before.
+    busiest: Option<f64>,
+    /// NUMA nodes the threads last ran on.
+    nodes: BTreeSet<u32>,
 }
 
 /// The process-context source.
 pub struct ProcessSource {
     roots: HostRoots,
     discovery_interval: Duration,
+    thread_interval: Duration,
     /// CPU → NUMA node, read once from sysfs.
     cpu_nodes: Option<HashMap<u32, u32>>,
     /// Whether the kernel has `children` files (`None` until first looked at).
     children_files: Option<bool>,
     trees: HashMap<u32, Tree>,
-    /// Per task (pid or tid, start time): the counters read on the previous tick.
+    /// Per process (pid, start time): the counters read on the previous tick.
     ticks: HashMap<(u32, u64), Previous<Ticks>>,
-    cgroups: HashMap<(u32, u64), CgroupPlace>,
-    cgroup_counters: HashMap<PathBuf, Previous<CgroupCounters>>,
+    /// Per GPU process (pid, start time): the last pass over its threads.
+    thread_passes: HashMap<(u32, u64), ThreadPass>,
+    cgroups: CgroupReader,
 }
 
 impl ProcessSource {
     /// A source reading below the given roots.
     pub fn new(roots: HostRoots, config: ProcessConfig) -> Self {
         ProcessSource {
-            roots,
             discovery_interval: config.discovery_interval.0,
+            thread_interval: config.thread_interval.0,
             cpu_nodes: None,
             children_files: None,
             trees: HashMap::new(),
             ticks: HashMap::new(),
-            cgroups: HashMap::new(),
-            cgroup_counters: HashMap::new(),
+            thread_passes: HashMap::new(),
+            cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
+            roots,
         }
     }
 
@@ -260,48 +254,13 @@ impl ProcessSource {
             },
         );
 
-        // Threads: the busiest one, and the NUMA nodes they last ran on.
-        let mut nodes = BTreeSet::new();
-        let mut busiest: Option<f64> = None;
-        for tid in self.tasks(pid) {
-            let Ok(thread) = self.stat(&self.roots.procfs.join(format!("{pid}/task/{tid}/stat")))
-            else {
-                continue;
-            };
-            nodes.extend(self.numa_node_of(thread.processor));
-            // Thread ids are distinct from process ids; key them apart from processes.
-            let thread_key = (tid, thread.starttime ^ (1 << 63));
-            let thread_ticks = Ticks {
-                cpu: thread.utime + thread.stime,
-                blkio: 0,
-                read_bytes: None,
-            };
-            if let Some((seconds, before)) = self.since(thread_key, now) {
-                let ratio =
-                    (thread_ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds)
-                        .min(1.0);
-                busiest = Some(busiest.map_or(ratio, |b: f64| b.max(ratio)));
-            }
-            fresh.insert(
-                thread_key,
-                Previous {
-                    at: now,
-                    value: thread_ticks,
-                },
-            );
-        }
-
-        let workers = self.workers(
-            pid,
-            stat.starttime,
-            now,
-            delay_accounting,
-            fresh,
-            &mut nodes,
-        );
-        let cgroup = self.cgroup(pid, stat.starttime, now);
+        let (busiest, mut nodes) = self.threads(pid, key, now);
+        let descendants = self.descendants(pid, stat.starttime, now);
+        let workers = self.workers(&descendants, now, delay_accounting, fresh, &mut nodes);
+        let cgroup = self.cgroups.context(pid, stat.starttime, now);
         Ok(Some(ProcessContext {
             pid,
+            ppid: stat.ppid,
             state: stat.state,
             threads: stat.threads,
             cpu_user_seconds: stat.utime as f64 / USER_HZ,
@@ -317,14 +276,67 @@ impl ProcessSource {
             allowed_cpus: status.allowed_cpus.len() as u32,
             numa_nodes: nodes.into_iter().collect(),
             workers,
+            descendants,
             cgroup,
         }))
     }
 
-    fn workers(
+    /// The busiest thread's share of a core and the NUMA nodes the threads last ran on, from
+    /// the latest pass over the process's threads. A pass reads every thread's stat file, so
+    /// it runs every `thread_interval`, not every tick (ranks carry 100-200 threads): the
+    /// figures describe the interval between the last two passes. The second pass follows
+    /// the first on the next tick, so the figure appears without waiting a whole interval.
+    fn threads(
         &mut self,
         pid: u32,
-        starttime: u64,
+        key: (u32, u64),
+        now: Duration,
+    ) -> (Option<f64>, BTreeSet<u32>) {
+        let due = self.thread_passes.get(&key).is_none_or(|pass| {
+            pass.busiest.is_none() || now.saturating_sub(pass.at) >= self.thread_interval
+        });
+        if due {
+            let mut cpu = HashMap::new();
+            let mut nodes = BTreeSet::new();
+            for tid in self.tasks(pid) {
+                let path = self.roots.procfs.join(format!("{pid}/task/{tid}/stat"));
+                let Ok(thread) = self.stat(&path) else {
+                    continue;
+                };
+                nodes.extend(self.numa_node_of(thread.processor));
+                cpu.insert((tid, thread.starttime), thread.utime + thread.stime);
+            }
+            let before = self.thread_passes.get(&key);
+            let busiest = before.and_then(|before| {
+                let seconds = now.checked_sub(before.at)?.as_secs_f64();
+                if seconds <= 0.0 {
+                    return None;
+                }
+                // Threads seen by both passes; one started in between waits for the next.
+                cpu.iter()
+                    .filter_map(|(thread, ticks)| {
+                        let then = before.cpu.get(thread)?;
+                        Some((ticks.saturating_sub(*then) as f64 / USER_HZ / seconds).min(1.0))
+                    })
+                    .reduce(f64::max)
+            });
+            self.thread_passes.insert(
+                key,
+                ThreadPass {
+                    at: now,
+                    cpu,
+                    busiest,
+                    nodes,
+                },
+            );
+        }
+        let pass = &self.thread_passes[&key];
+        (pass.busiest, pass.nodes.clone())
+    }
+
+    fn workers(
+        &mut self,
+        descendants: &[u32],
         now: Duration,
         delay_accounting: bool,
         fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
@@ -333,7 +345,7 @@ impl ProcessSource {
         let mut summary = WorkerSummary::default();
         let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
         let mut all_have_rates = true;
-        for worker in self.descendants(pid, starttime, now) {
+        for &worker in descendants {
             // A worker that exited since discovery is simply not counted.
             let Ok(stat) = self.stat(&self.proc_path(worker, "stat")) else {
                 continue;
@@ -384,121 +396,6 @@ impl ProcessSource {
             };
         }
         summary
-    }
-
-    fn cgroup(&mut self, pid: u32, starttime: u64, now: Duration) -> Option<CgroupContext> {
-        let key = (pid, starttime);
-        if !self.cgroups.contains_key(&key) {
-            let place = self.locate_cgroup(pid)?;
-            self.cgroups.insert(key, place);
-        }
-        let place = self.cgroups[&key].clone();
-        let mut context = CgroupContext {
-            pod_uid: place.identity.pod_uid.clone().unwrap_or_default(),
-            container_id: place.identity.container_id.clone().unwrap_or_default(),
-            slurm_job: place.identity.slurm_job.clone().unwrap_or_default(),
-            ..CgroupContext::default()
-        };
-        let Some(dir) = place.v2.clone().or(place.v1_cpu.clone()) else {
-            return Some(context);
-        };
-        let throttling = std::fs::read_to_string(dir.join("cpu.stat"))
-            .ok()
-            .and_then(|t| cgroup::parse_cpu_stat(&t).ok());
-        context.cpu_quota_cores = if place.v2.is_some() {
-            std::fs::read_to_string(dir.join("cpu.max"))
-                .ok()
-                .and_then(|t| cgroup::parse_cpu_max(&t).ok())
-                .flatten()
-        } else {
-            let quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).ok();
-            let period = std::fs::read_to_string(dir.join("cpu.cfs_period_us")).ok();
-            quota
-                .zip(period)
-                .and_then(|(q, p)| cgroup::parse_cfs_quota(&q, &p).ok())
-                .flatten()
-        };
-        let pressure: Vec<(&'static str, Pressure)> = match &place.v2 {
-            Some(v2) => RESOURCES
-                .iter()
-                .filter_map(|r| {
-                    let text = std::fs::read_to_string(v2.join(format!("{r}.pressure"))).ok()?;
-                    Some((*r, parse_pressure(&text).ok()?))
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let counters = CgroupCounters {
-            periods: throttling.map_or(0, |t| t.periods),
-            throttled_periods: throttling.map_or(0, |t| t.throttled_periods),
-            pressure: pressure.clone(),
-        };
-        let previous = elapsed_since(self.cgroup_counters.get(&dir), now);
-        if let Some(t) = throttling {
-            context.periods = Some(t.periods);
-            context.throttled_periods = Some(t.throttled_periods);
-            context.throttled_seconds = Some(t.throttled_seconds);
-            context.throttled_ratio = previous.and_then(|(_, before)| {
-                let periods = t.periods.checked_sub(before.periods)?;
-                let throttled = t.throttled_periods.checked_sub(before.throttled_periods)?;
-                Some(if periods == 0 {
-                    0.0
-                } else {
-                    throttled as f64 / periods as f64
-                })
-            });
-        }
-        context.pressure = pressure
-            .iter()
-            .map(|(resource, now_pressure)| PressureSnapshot {
-                resource,
-                pressure: *now_pressure,
-                rates: previous.and_then(|(seconds, before)| {
-                    let (_, then) = before.pressure.iter().find(|(r, _)| r == resource)?;
-                    pressure_rates(then, now_pressure, seconds)
-                }),
-            })
-            .collect();
-        self.cgroup_counters.insert(
-            dir,
-            Previous {
-                at: now,
-                value: counters,
-            },
-        );
-        Some(context)
-    }
-
-    /// Reads `/proc/<pid>/cgroup` and finds the cgroup's directories under the host mount.
-    fn locate_cgroup(&self, pid: u32) -> Option<CgroupPlace> {
-        let paths = cgroup::parse_proc_cgroup(&read(&self.proc_path(pid, "cgroup")).ok()?).ok()?;
-        let root = self.roots.sysfs.join("fs/cgroup");
-        let under = |mount: &Path, path: &str| -> Option<PathBuf> {
-            if cgroup::is_outside_namespace(path) {
-                return None;
-            }
-            let dir = mount.join(path.trim_start_matches('/'));
-            dir.join("cpu.stat").exists().then_some(dir)
-        };
-        let pure_v2 = root.join("cgroup.controllers").exists();
-        let v2 = paths
-            .unified
-            .as_deref()
-            .filter(|_| pure_v2)
-            .and_then(|p| under(&root, p));
-        let v1_cpu = paths.cpu.as_deref().and_then(|p| {
-            ["cpu,cpuacct", "cpu", "cpuacct,cpu"]
-                .iter()
-                .find_map(|mount| under(&root.join(mount), p))
-        });
-        if v2.is_none() && v1_cpu.is_none() {
-            tracing::debug!(pid, "cgroup directory not found (private cgroup namespace or unusual mount); owner only");
-        }
-        Some(CgroupPlace {
-            identity: cgroup::identity(paths.naming_path()?),
-            v2,
-            v1_cpu,
-        })
     }
 }
 
@@ -552,6 +449,7 @@ impl Source for ProcessSource {
             .collect();
         let delay = self.delay_accounting();
         let mut fresh = HashMap::new();
+        self.cgroups.begin_tick();
         let mut contexts = Vec::new();
         let mut failures = Vec::new();
         for pid in pids.iter().copied() {
@@ -564,14 +462,8 @@ impl Source for ProcessSource {
         // Whatever was not read this tick is gone: its state goes with it.
         self.ticks = fresh;
         self.trees.retain(|pid, _| pids.contains(pid));
-        self.cgroups.retain(|(pid, _), _| pids.contains(pid));
-        let live_dirs: BTreeSet<PathBuf> = self
-            .cgroups
-            .values()
-            .filter_map(|p| p.v2.clone().or(p.v1_cpu.clone()))
-            .collect();
-        self.cgroup_counters
-            .retain(|dir, _| live_dirs.contains(dir));
+        self.thread_passes.retain(|(pid, _), _| pids.contains(pid));
+        self.cgroups.retain(&pids);
 
         snapshot.other_cpu_ratio = snapshot.cpu.as_ref().and_then(|cpu| {
             let rates = cpu.rates?;

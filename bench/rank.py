@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A process shaped like a PyTorch training rank, for benchmarks and live tests.
+
+Usage: bench/rank.py [--threads 128] [--workers 8] [--worker-threads 4] [--main-busy 0.0]
+
+Starts --threads - 1 extra threads (intra-op pool, autograd, NCCL, pin-memory stand-ins) that
+wake every 100 ms, and --workers data-loader worker processes forked from the main thread,
+each with --worker-threads threads of its own. With --main-busy F the main thread spins F of
+every 100 ms (a launch loop); otherwise it sleeps. Prints "ready" on stdout once every thread
+and worker is up, then runs until killed (SIGTERM or SIGKILL; workers die with it).
+"""
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def nap_forever():
+    while True:
+        time.sleep(0.1)
+
+
+def idle_threads(count):
+    for _ in range(count):
+        threading.Thread(target=nap_forever, daemon=True).start()
+
+
+def worker(threads):
+    # Die with the rank, as DataLoader workers do (they watch their parent).
+    parent = os.getppid()
+    idle_threads(threads - 1)
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(0)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--worker-threads", type=int, default=4)
+    parser.add_argument("--main-busy", type=float, default=0.0)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    workers = []
+    for _ in range(args.workers):
+        pid = os.fork()
+        if pid == 0:
+            worker(args.worker_threads)
+        workers.append(pid)
+    idle_threads(args.threads - 1)
+    # Wait until the threads exist, so a benchmark measures the full shape from its start.
+    while threading.active_count() < args.threads:
+        time.sleep(0.01)
+    print("ready", flush=True)
+    while True:
+        if args.main_busy > 0:
+            end = time.monotonic() + 0.1 * args.main_busy
+            while time.monotonic() < end:
+                pass
+            time.sleep(0.1 * (1 - args.main_busy))
+        else:
+            time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

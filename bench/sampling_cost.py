@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
-"""Sampling cost per tick on a crowded node: the exporter's own figures with N extra processes.
+"""Sampling cost on a crowded GPU node, next to the peers, same run.
 
-Usage: bench/sampling_cost.py EXPORTER_BINARY [--extra 2000] [--seconds 30]
+Usage: bench/sampling_cost.py EXPORTER_BINARY [--extra 2000] [--seconds 60] [--shapes training,idle]
 
-Starts N idle `sleep` processes (the crowd), eight "training" process trees (a parent with
-eight worker children each), and the exporter at a 1 s interval against the fake NVML library
-with eight GPUs, each running one of the trees (so the process source reads 72 processes per
-tick). Then for --seconds it records, every second, the per-source durations the exporter
-reports, and at the end the exporter's CPU time. Prints a table: mean and p95 milliseconds per
-tick per source, and the exporter's CPU as a share of one core. Cleans everything up.
-Needs the workspace built (cargo build --release --workspace).
+Starts --extra idle `sleep` processes (the rest of the node) and, per shape, eight GPU
+processes on eight fake GPUs (the workspace's fake NVML library):
+  training  each a rank shaped like PyTorch's (bench/rank.py): 128 threads and 8 loader
+            workers of 4 threads each, so 1,280 threads in the GPU process trees;
+  idle      each a single-threaded shell with 8 sleeping children (the old stand-in).
+Then, one target at a time, it runs each exporter for --seconds at a 1 s collection interval
+with one scrape every 15 s (Prometheus' default), and reports its CPU as a share of one core,
+its peak RSS and the scraped page's size and series. For this exporter it also scrapes the
+self-metrics every second in between (a pre-rendered page: ~0.1 ms of CPU each) to report the
+per-source duration of every tick.
+
+Peers, each measured only where installed (bench/run.sh installs them):
+  all-smi          `all-smi api` (crates.io); it looks for NVML only when `nvidia-smi -L` lists
+                   a GPU, so a stand-in nvidia-smi answering -L is put first on its PATH;
+  nvitop-exporter  (PyPI) loads libnvidia-ml.so.1 through LD_LIBRARY_PATH: a link to the fake;
+  node_exporter    (Debian prometheus-node-exporter) with its default collectors.
+Everything started is stopped at the end. Needs `cargo build --release --workspace`.
 """
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,66 +32,198 @@ import tempfile
 import time
 import urllib.request
 
-from procstats import cpu_seconds, free_port
+from procstats import cpu_seconds, free_port, memory_mib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRAPE_EVERY = 15.0
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode("utf-8", "replace")
+
+
+def wait_for(url, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            return get(url)
+        except OSError:
+            time.sleep(0.3)
+    return None
+
+
+def series(page):
+    return sum(1 for line in page.splitlines() if line and not line.startswith("#"))
+
+
+def start_ranks(shape):
+    """Eight GPU processes of the shape; returns the Popen objects once all are up."""
+    ranks = []
+    for _ in range(8):
+        if shape == "training":
+            cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--threads", "128", "--workers", "8", "--worker-threads", "4"]
+            rank = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True)
+            assert rank.stdout.readline().strip() == "ready"
+        else:
+            rank = subprocess.Popen(["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 3600 & done; wait"], start_new_session=True)
+        ranks.append(rank)
+    return ranks
+
+
+def threads_in_trees(ranks):
+    total = 0
+    for rank in ranks:
+        pids = [rank.pid] + [int(p) for p in subprocess.run(["pgrep", "-P", str(rank.pid)], capture_output=True, text=True).stdout.split()]
+        for pid in pids:
+            try:
+                total += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    return total
+
+
+def write_scenario(path, ranks):
+    with open(path, "w") as f:
+        f.write("devices:\n")
+        for i, rank in enumerate(ranks):
+            f.write(f"  - uuid: GPU-{i:08}-0000-4000-8000-000000000000\n    utilization_gpu: 50\n"
+                    f"    processes:\n      - {{pid: {rank.pid}, used_memory: 1000000000, sm: 40}}\n")
+
+
+def peers(work, library):
+    """(name, command, env, metrics path) of each installed peer; the port is filled in later."""
+    found = []
+    nvml_dir = os.path.join(work, "nvml")
+    os.makedirs(nvml_dir, exist_ok=True)
+    link = os.path.join(nvml_dir, "libnvidia-ml.so.1")
+    if not os.path.exists(link):
+        os.symlink(library, link)
+    all_smi = shutil.which("all-smi") or ("/opt/peers/bin/all-smi" if os.path.exists("/opt/peers/bin/all-smi") else None)
+    if all_smi:
+        bindir = os.path.join(work, "bin")
+        os.makedirs(bindir, exist_ok=True)
+        stand_in = os.path.join(bindir, "nvidia-smi")
+        with open(stand_in, "w") as f:
+            f.write("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: NVIDIA H100 (UUID: GPU-$i)\"; done\n")
+        os.chmod(stand_in, 0o755)
+        env = {"PATH": bindir + ":" + os.environ["PATH"], "LD_LIBRARY_PATH": nvml_dir}
+        found.append(("all-smi", lambda port: [all_smi, "api", "--port", str(port), "--interval", "1"], env, "/metrics"))
+    nvitop = shutil.which("nvitop-exporter")
+    if nvitop:
+        found.append(("nvitop-exporter", lambda port: [nvitop, "--bind-address", "127.0.0.1", "--port", str(port), "--interval", "1.0"],
+                      {"LD_LIBRARY_PATH": nvml_dir}, "/metrics"))
+    node = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if node:
+        found.append(("node_exporter", lambda port: [node, f"--web.listen-address=127.0.0.1:{port}"], {}, "/metrics"))
+    return found
+
+
+def measure(name, command, env, path, seconds, own):
+    port = free_port()
+    process = subprocess.Popen(command(port), env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}{path}"
+    try:
+        page = wait_for(url)
+        if page is None:
+            return {"name": name, "error": "did not answer"}
+        time.sleep(5)  # first discovery, warm-up
+        durations = {}
+        cpu_before, wall_before = cpu_seconds(process.pid), time.monotonic()
+        next_scrape = wall_before
+        last_tick = None
+        end = wall_before + seconds
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if now >= next_scrape:
+                page = get(url)
+                next_scrape += SCRAPE_EVERY
+            if own:
+                self_page = get(url)
+                tick = re.search(r"^gpu_exporter_samples_total (\S+)$", self_page, re.M).group(1)
+                if tick != last_tick:
+                    last_tick = tick
+                    for source, value in re.findall(r'^gpu_exporter_source_duration_seconds\{source="(\w+)"\} (\S+)$', self_page, re.M):
+                        durations.setdefault(source, []).append(float(value) * 1000)
+                    whole = re.search(r"^gpu_exporter_sample_duration_seconds (\S+)$", self_page, re.M).group(1)
+                    durations.setdefault("whole tick", []).append(float(whole) * 1000)
+            time.sleep(1)
+        cpu = (cpu_seconds(process.pid) - cpu_before) / (time.monotonic() - wall_before)
+        return {"name": name, "cpu": cpu * 100, "rss": memory_mib(process.pid, "VmHWM"),
+                "bytes": len(page.encode()), "series": series(page), "durations": durations}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("exporter")
     parser.add_argument("--extra", type=int, default=2000)
-    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--shapes", default="training,idle")
+    parser.add_argument("--only-exporter", action="store_true", help="skip the peers")
     args = parser.parse_args()
-    library = os.path.join(os.path.dirname(os.path.abspath(args.exporter)), "libfake_nvml.so")
+    exporter = os.path.abspath(args.exporter)
+    library = os.path.join(os.path.dirname(exporter), "libfake_nvml.so")
     if not os.path.exists(library):
         sys.exit(f"{library} missing: cargo build --release --workspace")
 
-    crowd = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.extra)]
-    trees = [subprocess.Popen(["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 3600 & done; wait"], start_new_session=True) for _ in range(8)]
     work = tempfile.mkdtemp()
-    scenario = os.path.join(work, "scenario.yaml")
-    with open(scenario, "w") as f:
-        f.write("devices:\n")
-        for i, tree in enumerate(trees):
-            f.write(f"  - uuid: GPU-{i:08}\n    utilization_gpu: 50\n    processes:\n      - {{pid: {tree.pid}, used_memory: 1000000, sm: 40}}\n")
-    config = os.path.join(work, "config.yaml")
-    with open(config, "w") as f:
-        f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n")
-    port = free_port()
-    env = dict(os.environ, FAKE_NVML_SCENARIO=scenario)
-    exporter = subprocess.Popen([args.exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], env=env, stderr=subprocess.DEVNULL)
+    crowd = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.extra)]
+    rows, tick_tables = [], []
     try:
-        time.sleep(3)  # first discovery and a couple of ticks
-        processes = len([p for p in os.listdir("/proc") if p.isdigit()])
-        durations = {}
-        cpu_before, wall_before = cpu_seconds(exporter.pid), time.monotonic()
-        last_tick = None
-        deadline = time.monotonic() + args.seconds
-        while time.monotonic() < deadline:
-            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            tick = re.search(r"^gpu_exporter_samples_total (\S+)$", page, re.M).group(1)
-            if tick != last_tick:
-                last_tick = tick
-                for source, value in re.findall(r'^gpu_exporter_source_duration_seconds\{source="(\w+)"\} (\S+)$', page, re.M):
-                    durations.setdefault(source, []).append(float(value) * 1000)
-                whole = re.search(r"^gpu_exporter_sample_duration_seconds (\S+)$", page, re.M).group(1)
-                durations.setdefault("whole tick", []).append(float(whole) * 1000)
-            time.sleep(1)
-        cpu = (cpu_seconds(exporter.pid) - cpu_before) / (time.monotonic() - wall_before)
-        workers = re.findall(r'^gpu_process_workers\{[^}]*\} (\S+)$', page, re.M)
-        print(f"{processes} processes on the host ({args.extra} extra), 8 GPU process trees of 9, workers seen: {workers}")
-        print(f"{'source':<12}{'ticks':>7}{'mean ms':>10}{'p95 ms':>10}")
-        for source, values in durations.items():
-            values.sort()
-            print(f"{source:<12}{len(values):>7}{statistics.mean(values):>10.3f}{values[int(0.95 * (len(values) - 1))]:>10.3f}")
-        print(f"exporter CPU over {args.seconds} s (sampling and these scrapes): {cpu * 100:.2f} % of one core")
+        for shape in args.shapes.split(","):
+            ranks = start_ranks(shape)
+            try:
+                scenario = os.path.join(work, "scenario.yaml")
+                write_scenario(scenario, ranks)
+                config = os.path.join(work, "config.yaml")
+                with open(config, "w") as f:
+                    f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n")
+                targets = [("gpu-bottleneck-exporter", lambda port: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics")]
+                if not args.only_exporter:
+                    targets += peers(work, library)
+                threads = threads_in_trees(ranks)
+                processes = len([p for p in os.listdir("/proc") if p.isdigit()])
+                for name, command, env, path in targets:
+                    env = dict(env, FAKE_NVML_SCENARIO=scenario)
+                    result = measure(name, command, env, path, args.seconds, own=(name == "gpu-bottleneck-exporter"))
+                    result.update(shape=shape, threads=threads, processes=processes)
+                    rows.append(result)
+                    if result.get("durations"):
+                        tick_tables.append((shape, result["durations"]))
+            finally:
+                for rank in ranks:
+                    try:
+                        os.killpg(rank.pid, 9)
+                    except ProcessLookupError:
+                        pass
+                    rank.wait()
     finally:
-        exporter.terminate()
-        exporter.wait()
-        for tree in trees:
-            os.killpg(tree.pid, 9)
         for p in crowd:
             p.kill()
-        for p in crowd + trees:
+        for p in crowd:
             p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"{'GPU processes':<34}{'target':<26}{'CPU % of a core':>16}{'peak RSS MiB':>14}{'page KiB':>10}{'series':>8}")
+    for r in rows:
+        shape = f"{r['shape']} ({r['threads']} threads, {r['processes']} procs)"
+        if "error" in r:
+            print(f"{shape:<34}{r['name']:<26}{r['error']:>16}")
+            continue
+        print(f"{shape:<34}{r['name']:<26}{r['cpu']:>16.2f}{r['rss']:>14.1f}{r['bytes'] / 1024:>10.1f}{r['series']:>8}")
+    for shape, durations in tick_tables:
+        print(f"\nthis exporter, {shape} ranks: per-source duration of a tick")
+        print(f"{'source':<12}{'ticks':>7}{'mean ms':>10}{'p95 ms':>10}{'max ms':>10}")
+        for source, values in durations.items():
+            values.sort()
+            print(f"{source:<12}{len(values):>7}{statistics.mean(values):>10.3f}{values[int(0.95 * (len(values) - 1))]:>10.3f}{values[-1]:>10.3f}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,53 @@ pub struct Config {
     pub sources: Sources,
     /// How verdicts are decided: window, hysteresis and every rule's thresholds.
     pub analysis: Analysis,
+    /// Which metric families `/metrics` serves.
+    pub metrics: Metrics,
+}
+
+/// Which metric families are served, like node_exporter's collector flags or dcgm-exporter's
+/// counters file. Selection only trims the page: the analysis still reads every signal, so
+/// verdicts do not change.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// When not empty, only families whose name matches one of these regexes are served.
+    pub include: Vec<FamilyPattern>,
+    /// Families whose name matches one of these regexes are not served (after `include`).
+    pub exclude: Vec<FamilyPattern>,
+}
+
+impl Metrics {
+    /// Whether a family is served; `name` is the family name and `sample_name` the name its
+    /// samples carry (with `_total` or `_info`), so either spelling selects it.
+    pub fn serves(&self, name: &str, sample_name: &str) -> bool {
+        let matches = |p: &FamilyPattern| p.0.is_match(name) || p.0.is_match(sample_name);
+        (self.include.is_empty() || self.include.iter().any(matches))
+            && !self.exclude.iter().any(matches)
+    }
+}
+
+/// A regular expression that must match a whole metric family name (it is anchored).
+#[derive(Debug, Clone)]
+pub struct FamilyPattern(pub regex::Regex);
+
+impl PartialEq for FamilyPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl<'de> Deserialize<'de> for FamilyPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        regex::Regex::new(&format!("^(?:{text})$"))
+            .map(FamilyPattern)
+            .map_err(|e| {
+                D::Error::custom(format!(
+                    "invalid metric family pattern {text:?}: expected a regex over family names such as gpu_process_.*: {e}"
+                ))
+            })
+    }
 }
 
 /// Verdict settings. Each rule's condition scores 0.5 exactly at its threshold, 1.0 at twice
@@ -150,6 +197,7 @@ impl Default for Config {
             paths: Paths::default(),
             sources: Sources::default(),
             analysis: Analysis::default(),
+            metrics: Metrics::default(),
         }
     }
 }
@@ -625,6 +673,29 @@ mod tests {
 
         let message = error_of("log_level: loud\n");
         assert!(message.contains("line 1 column 12"), "{message}");
+
+        // The second pattern of the list is the bad one: its own position is reported.
+        let message = error_of("metrics:\n  exclude:\n    - gpu_process_.*\n    - 'gpu_(xid'\n");
+        assert!(message.contains("line 4 column 7"), "{message}");
+        assert!(
+            message.contains("invalid metric family pattern"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn metric_patterns_match_whole_family_names_in_either_spelling() {
+        let config: Config = serde_saphyr::from_str(
+            "metrics:\n  include: ['gpu_.*']\n  exclude: [gpu_xid_errors_total, gpu_process_.*]\n",
+        )
+        .unwrap();
+        let m = &config.metrics;
+        assert!(m.serves("gpu_up", "gpu_up"));
+        assert!(!m.serves("gpu_xid_errors", "gpu_xid_errors_total"));
+        assert!(!m.serves("gpu_process_threads", "gpu_process_threads"));
+        // Anchored: `gpu_.*` does not select a family that merely contains it.
+        assert!(!m.serves("node_gpu_up", "node_gpu_up"));
+        assert!(Metrics::default().serves("anything", "anything"));
     }
 
     #[test]

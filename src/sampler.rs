@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::analysis::Analyzer;
-use crate::config::Config;
+use crate::config::{Config, Metrics};
 use crate::exposition::{self, Exposition};
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
 use crate::source::{Source, SourceError};
@@ -25,6 +25,8 @@ pub struct Sampler {
     samples_total: u64,
     /// The node's name, for the `node` label.
     node: String,
+    /// Which families the exposition serves.
+    metrics: Metrics,
 }
 
 impl Sampler {
@@ -37,6 +39,7 @@ impl Sampler {
             history,
             samples_total: 0,
             node: String::new(),
+            metrics: Metrics::default(),
         }
     }
 
@@ -63,6 +66,7 @@ impl Sampler {
         Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
             node,
+            metrics: config.metrics.clone(),
             ..Sampler::new(sources)
         }
     }
@@ -145,7 +149,8 @@ pub fn run(
         let tick_started = Instant::now();
         let snapshot = sampler.tick(tick_started - start);
         let tick_seconds = tick_started.elapsed().as_secs_f64();
-        let exposition = exposition::render(&snapshot, tick_seconds, tick_started);
+        let exposition =
+            exposition::render(&snapshot, tick_seconds, tick_started, &sampler.metrics);
         publish.send_replace(Some(Arc::new(exposition)));
 
         let now = Instant::now();

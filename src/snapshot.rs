@@ -320,8 +320,6 @@ pub struct GpuDevice {
     pub temperature_celsius: Option<f64>,
     /// Temperature at which the GPU starts slowing down.
     pub slowdown_temperature_celsius: Option<f64>,
-    /// Temperature at which the GPU shuts down.
-    pub shutdown_temperature_celsius: Option<f64>,
     /// Board power draw.
     pub power_watts: Option<f64>,
     /// Enforced power limit.
@@ -385,8 +383,6 @@ pub struct GpuUtilization {
 pub struct BusySummary {
     /// Mean utilization.
     pub mean_ratio: f64,
-    /// Lowest sample.
-    pub min_ratio: f64,
     /// Highest sample.
     pub max_ratio: f64,
     /// Share of samples at or near zero: the GPU waiting.
@@ -402,8 +398,6 @@ pub struct GpuMemory {
     pub total_bytes: u64,
     /// Allocated by processes.
     pub used_bytes: u64,
-    /// Not allocated.
-    pub free_bytes: u64,
     /// Held by the driver and firmware.
     pub reserved_bytes: u64,
 }
@@ -560,8 +554,6 @@ pub struct WorkerSummary {
     pub max_cpu_ratio: Option<f64>,
     /// Workers running or runnable (R).
     pub running: u32,
-    /// Workers sleeping (S, I).
-    pub sleeping: u32,
     /// Workers in uninterruptible wait, usually for I/O (D).
     pub disk_wait: u32,
     /// Workers that exited and were not reaped (Z).
@@ -584,10 +576,6 @@ pub struct CgroupContext {
     pub slurm_job: String,
     /// CPU quota in cores (`None`: no quota).
     pub cpu_quota_cores: Option<f64>,
-    /// CFS enforcement periods and how many of them were throttled, since creation.
-    pub periods: Option<u64>,
-    /// Throttled periods since creation.
-    pub throttled_periods: Option<u64>,
     /// Time throttled since creation.
     pub throttled_seconds: Option<f64>,
     /// Share of the enforcement periods of the last interval in which the cgroup was throttled.

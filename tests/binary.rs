@@ -35,6 +35,11 @@ fn bad_config_is_refused_with_file_line_and_column() {
             "line 3 column 14",
             "bool",
         ),
+        (
+            "metrics:\n  exclude: ['gpu_(xid']\n",
+            "line 2 column 13",
+            "invalid metric family pattern",
+        ),
     ];
     for (yaml, position, expected) in cases {
         let file = dir.path().join("config.yaml");

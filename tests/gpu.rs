@@ -168,8 +168,9 @@ fn an_old_driver_library_without_half_the_symbols_reports_those_features_unsuppo
     ] {
         assert_eq!(feature(missing), Some(0.0), "{missing}");
     }
+    // Supported features have no series: only what is missing is listed.
     for present in ["utilization", "temperature", "power", "clocks"] {
-        assert_eq!(feature(present), Some(1.0), "{present}");
+        assert_eq!(feature(present), None, "{present}");
     }
     assert_eq!(gpu_value(&page, "gpu_utilization_ratio", 0), Some(0.3));
     assert_eq!(gpu_value(&page, "gpu_memory_used_bytes", 0), None);
@@ -195,12 +196,11 @@ fn busy_summary_tells_a_bursty_gpu_from_a_steady_one() {
     });
     let bursty_mean = gpu_value(&page, "gpu_busy_mean_ratio", 0).unwrap();
     assert!((0.4..=0.6).contains(&bursty_mean), "{bursty_mean}");
-    assert_eq!(gpu_value(&page, "gpu_busy_min_ratio", 0), Some(0.0));
     assert_eq!(gpu_value(&page, "gpu_busy_max_ratio", 0), Some(1.0));
     let idle = gpu_value(&page, "gpu_busy_idle_share_ratio", 0).unwrap();
     assert!((0.4..=0.6).contains(&idle), "{idle}");
     assert_eq!(gpu_value(&page, "gpu_busy_mean_ratio", 1), Some(0.5));
-    assert_eq!(gpu_value(&page, "gpu_busy_min_ratio", 1), Some(0.5));
+    assert_eq!(gpu_value(&page, "gpu_busy_max_ratio", 1), Some(0.5));
     assert_eq!(gpu_value(&page, "gpu_busy_idle_share_ratio", 1), Some(0.0));
 }
 
@@ -293,7 +293,8 @@ fn injected_call_errors_drop_one_feature_for_the_tick_not_the_gpu() {
     assert_eq!(gpu_value(&page, "gpu_temperature_celsius", 0), Some(61.0));
     assert_eq!(gpu_value(&page, "gpu_power_watts", 0), None);
     assert!(process_pids(&page, 0).is_empty());
-    // Failing is not "unsupported": the calls are tried again and recover.
+    // Failing is not "unsupported" (no series saying so): the calls are tried again and
+    // recover.
     let feature = |name: &str| {
         value(
             &page,
@@ -301,10 +302,7 @@ fn injected_call_errors_drop_one_feature_for_the_tick_not_the_gpu() {
             &[("gpu", "0"), ("feature", name)],
         )
     };
-    assert_eq!(
-        (feature("processes"), feature("power")),
-        (Some(1.0), Some(1.0))
-    );
+    assert_eq!((feature("processes"), feature("power")), (None, None));
     scenario.write(&yaml.replace("    errors:\n      nvmlDeviceGetComputeRunningProcesses_v3: insufficient_size\n      nvmlDeviceGetPowerUsage: unknown\n", ""));
     let page = exporter.metrics_when(|p| process_pids(p, 0) == vec!["3999997"]);
     assert!(gpu_value(&page, "gpu_power_watts", 0).is_some());

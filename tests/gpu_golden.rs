@@ -101,7 +101,11 @@ fn gpu_node_and_missing_library_goldens() {
     assert_eq!(gpu("gpu_pcie_link_degraded", "0"), Some(0.0));
     let reason = |r: &str| value(&f, "gpu_throttle_reason", &[("gpu", "0"), ("reason", r)]);
     assert_eq!(reason("sw_power_cap"), Some(1.0));
-    assert_eq!(reason("hw_slowdown"), Some(0.0));
+    assert_eq!(
+        reason("hw_slowdown"),
+        None,
+        "only active reasons are listed"
+    );
     let feature = |index: &str, name: &str| {
         value(
             &f,
@@ -111,7 +115,11 @@ fn gpu_node_and_missing_library_goldens() {
     };
     assert_eq!(feature("3", "energy"), Some(0.0));
     assert_eq!(feature("3", "pcie_throughput"), Some(0.0));
-    assert_eq!(feature("0", "energy"), Some(1.0));
+    assert_eq!(
+        feature("0", "energy"),
+        None,
+        "only unsupported features are listed"
+    );
     assert_eq!(gpu("gpu_energy_joules_total", "3"), None);
     // GPM rates from two samples; on the older board absent, with the flag saying why.
     assert_eq!(gpu("gpu_sm_activity_ratio", "0"), Some(0.915));
@@ -146,9 +154,23 @@ fn gpu_node_and_missing_library_goldens() {
         None
     );
     // NVLink: three of four links active, traffic summed over the active ones.
+    assert_eq!(gpu("gpu_nvlink_links_active", "0"), Some(3.0));
+    let inactive = f
+        .iter()
+        .find(|family| family.name == "gpu_nvlink_link_inactive")
+        .unwrap();
     assert_eq!(
-        value(&f, "gpu_nvlink_link_active", &[("gpu", "0"), ("link", "2")]),
-        Some(0.0)
+        inactive.samples.len(),
+        1,
+        "only the inactive link is listed"
+    );
+    assert_eq!(
+        value(
+            &f,
+            "gpu_nvlink_link_inactive",
+            &[("gpu", "0"), ("link", "2")]
+        ),
+        Some(1.0)
     );
     assert_eq!(gpu("gpu_nvlink_tx_bytes_total", "0"), Some(5000.0 * 1024.0));
     assert_eq!(gpu("gpu_nvlink_rx_bytes_total", "0"), Some(4000.0 * 1024.0));

@@ -161,7 +161,6 @@ impl DemoSource {
             }),
             busy: Some(BusySummary {
                 mean_ratio: busy,
-                min_ratio: if idle_share > 0.0 { 0.0 } else { busy - 0.03 },
                 max_ratio: if idle_share > 0.0 {
                     1.0
                 } else {
@@ -173,12 +172,10 @@ impl DemoSource {
             memory: Some(GpuMemory {
                 total_bytes: total,
                 used_bytes: used,
-                free_bytes: total - used - GIB / 2,
                 reserved_bytes: GIB / 2,
             }),
             temperature_celsius: Some(temperature),
             slowdown_temperature_celsius: Some(87.0),
-            shutdown_temperature_celsius: Some(92.0),
             power_watts: Some(power),
             power_limit_watts: Some(700.0),
             energy_joules: Some(1.0e9 + power * seconds),
@@ -196,11 +193,6 @@ impl DemoSource {
                     domain: "memory",
                     hertz: Some(2.619e9),
                     max_hertz: Some(2.619e9),
-                },
-                GpuClock {
-                    domain: "graphics",
-                    hertz: Some(1.98e9),
-                    max_hertz: Some(1.98e9),
                 },
             ],
             throttle_reasons: Some(match role {
@@ -315,7 +307,6 @@ impl DemoSource {
                 } else {
                     0
                 },
-                sleeping: if workers > 0 { 2 } else { 0 },
                 disk_wait: if workers > 0 { disk_wait } else { 0 },
                 zombie: 0,
                 blkio_delay_ratio: Some(if workers > 0 { blkio } else { 0.0 }),
@@ -327,8 +318,6 @@ impl DemoSource {
                 container_id: format!("{:064x}", 0xde30_0000u64 + pid as u64),
                 slurm_job: String::new(),
                 cpu_quota_cores: Some(32.0),
-                periods: Some(100_000),
-                throttled_periods: Some(0),
                 throttled_seconds: Some(0.0),
                 throttled_ratio: Some(0.0),
                 pressure: Vec::new(),

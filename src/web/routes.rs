@@ -1,7 +1,6 @@
 //! HTTP routes. The server only reads what the sampler published; it never samples.
 
 use std::convert::Infallible;
-use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,8 +12,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use tokio::sync::watch;
 
 use crate::exposition::Format;
@@ -49,7 +46,8 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let format = negotiate_format(header_text(&headers, header::ACCEPT));
-    let [base, tail] = exposition.body_parts(format, Instant::now(), &state.http.counters());
+    let gzip = accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING));
+    let parts = exposition.body_parts(format, Instant::now(), &state.http.counters(), gzip);
     let mut response_headers = HeaderMap::new();
     response_headers.insert(
         header::CONTENT_TYPE,
@@ -59,21 +57,13 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         header::VARY,
         HeaderValue::from_static("Accept, Accept-Encoding"),
     );
-    if accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING)) {
-        let mut encoder = GzEncoder::new(Vec::with_capacity(base.len() / 4), Compression::fast());
-        // Writing into a Vec cannot fail.
-        let compressed = encoder
-            .write_all(&base)
-            .and_then(|()| encoder.write_all(&tail))
-            .and_then(|()| encoder.finish());
-        if let Ok(compressed) = compressed {
-            response_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-            return (response_headers, compressed).into_response();
-        }
+    if gzip {
+        response_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
+    let [page, tail] = parts;
     (
         response_headers,
-        Body::new(TwoChunks([Some(base), Some(tail)])),
+        Body::new(TwoChunks([Some(page), Some(tail)])),
     )
         .into_response()
 }

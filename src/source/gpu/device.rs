@@ -244,7 +244,6 @@ fn read_device(
     gpu.memory = ask(memo, &uuid, "memory", || device.memory_info())?.map(|m| GpuMemory {
         total_bytes: m.total,
         used_bytes: m.used,
-        free_bytes: m.free,
         reserved_bytes: m.reserved,
     });
     gpu.temperature_celsius = ask(memo, &uuid, "temperature", || {
@@ -255,21 +254,14 @@ fn read_device(
         device.temperature_threshold(TemperatureThreshold::Slowdown)
     })?
     .map(f64::from);
-    gpu.shutdown_temperature_celsius = ask(memo, &uuid, "temperature_thresholds", || {
-        device.temperature_threshold(TemperatureThreshold::Shutdown)
-    })?
-    .map(f64::from);
     gpu.power_watts =
         ask(memo, &uuid, "power", || device.power_usage())?.map(|mw| f64::from(mw) / 1000.0);
     gpu.power_limit_watts = ask(memo, &uuid, "power_limit", || device.enforced_power_limit())?
         .map(|mw| f64::from(mw) / 1000.0);
     gpu.energy_joules = ask(memo, &uuid, "energy", || device.total_energy_consumption())?
         .map(|mj| mj as f64 / 1000.0);
-    for (domain, clock) in [
-        ("sm", Clock::SM),
-        ("memory", Clock::Memory),
-        ("graphics", Clock::Graphics),
-    ] {
+    // The graphics clock is left out: it runs with the SM clock on data-centre GPUs.
+    for (domain, clock) in [("sm", Clock::SM), ("memory", Clock::Memory)] {
         let hertz = ask(memo, &uuid, "clocks", || device.clock_info(clock))?.map(mhz);
         let max_hertz = ask(memo, &uuid, "max_clocks", || device.max_clock_info(clock))?.map(mhz);
         if hertz.is_some() || max_hertz.is_some() {
@@ -462,7 +454,6 @@ fn read_mig_devices(
             memory: mig.memory_info().ok().map(|m| GpuMemory {
                 total_bytes: m.total,
                 used_bytes: m.used,
-                free_bytes: m.free,
                 reserved_bytes: m.reserved,
             }),
             sm_activity_ratio,

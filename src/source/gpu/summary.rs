@@ -20,7 +20,6 @@ pub fn busy_summary(percentages: &[u32]) -> Option<BusySummary> {
         .count();
     Some(BusySummary {
         mean_ratio: sum / percentages.len() as f64,
-        min_ratio: ratio(*percentages.iter().min()?),
         max_ratio: ratio(*percentages.iter().max()?),
         idle_share_ratio: idle as f64 / percentages.len() as f64,
         samples: percentages.len() as u32,
@@ -82,8 +81,7 @@ mod tests {
         let steady = busy_summary(&[50, 50, 50, 50, 50, 50]).unwrap();
         assert_eq!(bursty.mean_ratio, 0.5);
         assert_eq!(steady.mean_ratio, 0.5);
-        assert_eq!((bursty.min_ratio, bursty.max_ratio), (0.0, 1.0));
-        assert_eq!((steady.min_ratio, steady.max_ratio), (0.5, 0.5));
+        assert_eq!((bursty.max_ratio, steady.max_ratio), (1.0, 0.5));
         assert_eq!(bursty.idle_share_ratio, 0.5);
         assert_eq!(steady.idle_share_ratio, 0.0);
         assert_eq!(bursty.samples, 6);

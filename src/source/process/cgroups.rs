@@ -158,8 +158,6 @@ impl CgroupReader {
         );
         CgroupContext {
             cpu_quota_cores,
-            periods: throttling.map(|t| t.periods),
-            throttled_periods: throttling.map(|t| t.throttled_periods),
             throttled_seconds: throttling.map(|t| t.throttled_seconds),
             throttled_ratio,
             pressure: pressure_snapshots,

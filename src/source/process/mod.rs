@@ -355,7 +355,7 @@ impl ProcessSource {
                 'R' => summary.running += 1,
                 'D' => summary.disk_wait += 1,
                 'Z' => summary.zombie += 1,
-                _ => summary.sleeping += 1,
+                _ => {}
             }
             nodes.extend(self.numa_node_of(stat.processor));
             let key = (worker, stat.starttime);

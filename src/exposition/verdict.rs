@@ -1,0 +1,35 @@
+//! Families of the analysis: per GPU and kind active flag, score and unknown, and the primary
+//! verdict.
+
+use super::gpu::pod_labels;
+use super::*;
+use crate::analysis::GpuVerdict;
+use crate::snapshot::GpuSnapshot;
+
+pub(super) fn verdict_families(
+    verdicts: &[GpuVerdict],
+    gpus: Option<&GpuSnapshot>,
+    out: &mut Vec<Family>,
+) {
+    let mut active = Family::new(&VERDICT);
+    let mut score = Family::new(&VERDICT_SCORE);
+    let mut unknown = Family::new(&VERDICT_UNKNOWN);
+    let mut primary = Family::new(&PRIMARY);
+    for verdict in verdicts {
+        let index = verdict.index.to_string();
+        let device = gpus.and_then(|g| g.devices.iter().find(|d| d.uuid == verdict.uuid));
+        let [namespace, pod, container] = pod_labels(device);
+        let base = [index.as_str(), &verdict.uuid, &namespace, &pod, &container];
+        let with = |last: &'static str| [base[0], base[1], base[2], base[3], base[4], last];
+        for kind in &verdict.kinds {
+            let labels = with(kind.scored.kind.name());
+            active.add(&labels, flag(kind.active));
+            match kind.scored.score {
+                Some(value) => score.add(&labels, value),
+                None => unknown.add(&labels, 1.0),
+            }
+        }
+        primary.add(&with(verdict.primary.name()), 1.0);
+    }
+    out.extend([active, score, unknown, primary]);
+}

@@ -54,6 +54,8 @@ def dashboard(uid, title, description, variables, panels):
     }
 
 
+# A GPU can hold processes of several pods (contention), so joins keep the pod side as the "many"
+# side and take one series per GPU from the other.
 POD_JOIN = 'on (instance, gpu, uuid, pid) group_left (pod_uid) gpu_process_cgroup_info{pod_uid=~"$pod"}'
 GPU_POD = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid!=""})'
 POD_GPUS = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid=~"$pod"})'
@@ -76,7 +78,7 @@ DASHBOARDS = {
                   description="How many GPUs have each primary verdict: the picture of where the fleet's time goes."),
             panel("GPU-hours lost per hour, by cause", "timeseries", ["cluster_verdict:gpu_hours_lost:rate1h"], 0, 13, legend=["{{verdict}}"], stack=True,
                   description="Busy time missing from each GPU over the last hour, attributed to its primary verdict."),
-            panel("Top pods by lost GPU time", "table", [f"topk(10, sum by (pod_uid) (gpu:lost:ratio * on (instance, gpu, uuid) group_left (pod_uid) {GPU_POD}))"], 12, 13,
+            panel("Top pods by lost GPU time", "table", [f"topk(10, sum by (pod_uid) ({GPU_POD} * on (instance, gpu, uuid) group_left () gpu:lost:ratio))"], 12, 13,
                   description="GPUs' worth of capacity each pod loses right now (pod UID from the process cgroup)."),
             panel("Top namespaces by lost GPU-hours", "table", ["topk(10, sum by (namespace) (namespace_verdict:gpu_hours_lost:rate1h))"], 0, 21,
                   description="GPU-hours lost per hour in each namespace (kubelet pod assignment), all causes."),
@@ -124,7 +126,7 @@ DASHBOARDS = {
             panel("Loader workers by state", "timeseries", [f"gpu_process_workers_in_state * on (instance, gpu, uuid, pid) group_left (pod_uid) gpu_process_cgroup_info{{pod_uid=~\"$pod\"}}"], 12, 14,
                   legend=["pid {{pid}} {{state}}"], stack=True),
             panel("CPU quota throttling", "timeseries", [f"gpu_process_cgroup_cpu_throttled_ratio * {POD_JOIN}"], 0, 22, unit="percentunit", legend=["pid {{pid}}"]),
-            panel("Verdicts of the pod's GPUs", "table", [f"gpu_verdict * on (instance, gpu, uuid) group_left (pod_uid) {POD_GPUS} == 1"], 12, 22),
+            panel("Verdicts of the pod's GPUs", "table", [f"{POD_GPUS} * on (instance, gpu, uuid) group_left (verdict) gpu_verdict"], 12, 22),
         ],
     ),
 }

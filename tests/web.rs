@@ -74,6 +74,53 @@ fn connections_past_the_cap_get_503_until_one_closes() {
     assert!(rejected(&page, "connection_limit") >= 1.0);
 }
 
+/// A flood past the cap: 200 clients at once against a cap of 4, more than the server refuses
+/// at the same time. Every client must read a 503 (or, once connections free up, a page); a
+/// reset or an unanswered close is counted apart and must not happen.
+#[test]
+fn a_flood_past_the_cap_gets_readable_503s_not_resets() {
+    let dir = TempDir::new("web-flood");
+    let exporter = start(&dir, "web:\n  max_connections: 4\n");
+    exporter.metrics_when(|_| true);
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(exporter.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let address = exporter.address;
+    let clients: Vec<_> = (0..200)
+        .map(|_| {
+            std::thread::spawn(move || -> Result<String, std::io::Error> {
+                let mut stream = TcpStream::connect(address)?;
+                stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+                stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+                let mut reply = Vec::new();
+                std::io::Read::read_to_end(&mut stream, &mut reply)?;
+                Ok(String::from_utf8_lossy(&reply).into_owned())
+            })
+        })
+        .collect();
+    let (mut refused, mut resets, mut unanswered, mut other) = (0, 0, 0, Vec::new());
+    for client in clients {
+        match client.join().unwrap() {
+            Ok(reply) if reply.starts_with("HTTP/1.1 503") => {
+                assert!(reply.ends_with("too many connections\n"), "{reply}");
+                refused += 1;
+            }
+            Ok(reply) if reply.is_empty() => unanswered += 1,
+            Ok(reply) => other.push(reply.lines().next().unwrap_or_default().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => resets += 1,
+            Err(e) => other.push(e.to_string()),
+        }
+    }
+    eprintln!("200 clients past a cap of 4: {refused} got 503, {resets} resets, {unanswered} closed unanswered, other: {other:?}");
+    assert_eq!((resets, unanswered), (0, 0));
+    assert_eq!(refused, 200, "{other:?}");
+    drop(idle);
+    let page = exporter
+        .metrics_when(|page| value(page, "gpu_exporter_http_open_connections", &[]) == Some(1.0));
+    assert!(rejected(&page, "connection_limit") >= 200.0);
+}
+
 #[test]
 fn slow_clients_are_cut_off_while_scrapes_are_answered() {
     let dir = TempDir::new("web-slow");

@@ -33,7 +33,9 @@ use crate::snapshot::Rejection;
 /// How long a shutdown waits for requests in progress.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Connections past the cap answered with a 503 at the same time; more are closed at once.
+/// Connections past the cap answered with a 503 at the same time. Past that, the accept loop
+/// waits for one of them to finish: further clients wait in the kernel's listen backlog and are
+/// answered in turn, instead of being closed unanswered (which a client sees as a reset).
 const REFUSING_AT_ONCE: usize = 64;
 
 /// Paths answered without basic auth: liveness and readiness reveal nothing, and the kubelet's
@@ -63,8 +65,8 @@ pub async fn serve(
         limits: limits.clone(),
     });
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    // Refusing politely holds the socket for up to two seconds; in a flood, past this many
-    // at once the extra connections are just closed, so refusals cannot exhaust descriptors.
+    // Refusing politely holds the socket until the client has read the 503 (at most about two
+    // seconds); refusals at once are bounded so a flood cannot exhaust descriptors.
     let refusals = Arc::new(Semaphore::new(REFUSING_AT_ONCE));
     let (closing, closing_seen) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -94,12 +96,17 @@ pub async fn serve(
             Err(_) => {
                 connection.stats.reject(Rejection::ConnectionLimit);
                 let tls = connection.web.current().tls.is_some();
-                if let Ok(refusing) = refusals.clone().try_acquire_owned() {
-                    tokio::spawn(async move {
-                        refuse(stream, tls).await;
-                        drop(refusing);
-                    });
-                }
+                // Every refused client gets its answer: when as many refusals as allowed are
+                // in progress, stop accepting until one ends.
+                let refusing = tokio::select! {
+                    () = &mut shutdown => break,
+                    permit = refusals.clone().acquire_owned() => permit,
+                };
+                let Ok(refusing) = refusing else { break };
+                tokio::spawn(async move {
+                    refuse(stream, tls).await;
+                    drop(refusing);
+                });
             }
         }
     }

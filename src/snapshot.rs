@@ -22,6 +22,9 @@ pub struct Snapshot {
     /// Host CPU busy outside the GPU process trees, as a share of all CPUs, over the last
     /// interval: other tenants competing with the data pipeline.
     pub other_cpu_ratio: Option<f64>,
+    /// Signals a source could not read on this tick for lack of privilege (e.g.
+    /// `process_read_bytes` without CAP_SYS_PTRACE for another user's process).
+    pub unsupported_signals: Vec<&'static str>,
     /// Whether the kernel's delay accounting is on (`None`: not known).
     pub delay_accounting: Option<bool>,
     /// Per GPU, why it waits (filled by the analysis after the sources).

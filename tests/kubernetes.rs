@@ -102,6 +102,9 @@ impl Kubelet {
                 .unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::UnixListener::bind(&path).unwrap();
+                // As the kubelet leaves it: owned by root, writable by root only (umask 022).
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
                 ready.send(()).unwrap();
                 let server = tonic::transport::Server::builder()
                     .add_service(lister)
@@ -414,4 +417,208 @@ fn pod_series_match_the_golden_file() {
         value(&page, "gpu_info", &[("gpu", "0"), ("node", "test-node")]),
         Some(1.0)
     );
+}
+
+/// The exporter as deployed: as nobody (65534) and as uid 0, both with every capability
+/// dropped, against a root-owned rank, a process of another user, a root process without
+/// capabilities, and a kubelet socket made as the kubelet makes it. Nobody cannot connect to
+/// the socket (write permission is needed) and says so; uid 0 can, without any capability.
+/// `/proc/<pid>/io` passes the kernel's ptrace check only for the same uid *and* when the
+/// reader's capabilities cover the target's, so without CAP_SYS_PTRACE uid 0 reads it only for
+/// root processes that hold no capabilities either. The verdicts come out either way.
+#[test]
+fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!(
+            "skipped: needs root and setpriv (util-linux) to run the exporter as another user"
+        );
+        return;
+    }
+    let mut rank = Reaped(
+        std::process::Command::new("python3")
+            .arg(common::repo_root().join("bench/rank.py"))
+            .args(["--threads", "8", "--workers", "2", "--worker-threads", "2"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(rank.0.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let foreign = Reaped(
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=1234",
+                "--regid=1234",
+                "--clear-groups",
+                "sleep",
+                "120",
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    let capless = Reaped(
+        std::process::Command::new("setpriv")
+            .args(["--inh-caps=-all", "--bounding-set=-all", "sleep", "120"])
+            .spawn()
+            .unwrap(),
+    );
+    let scenario = Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-rank\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-other\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-capless\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n",
+        rank.0.id(),
+        foreign.0.id(),
+        capless.0.id()
+    ));
+    let socket = scenario.path().with_file_name("kubelet.sock");
+    let lister = Lister::default();
+    *lister.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![pod(
+            "ml",
+            "train-0",
+            "trainer",
+            "nvidia.com/gpu",
+            &["GPU-rank"],
+        )],
+    };
+    let _kubelet = Kubelet::serve(&socket, lister);
+    let config = format!(
+        "  kubernetes:\n    pod_resources_socket: {}\n    refresh_interval: 200ms\nanalysis:\n  window: 3s\n  min_duration: 1s\n",
+        socket.display()
+    );
+    let drop_all = ["--inh-caps=-all", "--bounding-set=-all", "--"];
+    let runs = [
+        (
+            "nobody",
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ],
+        ),
+        (
+            "root",
+            ["setpriv", "--reuid=0", "--regid=0", "--clear-groups"],
+        ),
+    ];
+    for (who, user) in runs {
+        let wrapper: Vec<&str> = user.iter().chain(&drop_all).copied().collect();
+        let mut exporter = scenario.start_wrapped(&wrapper, &common::fake_nvml(false), &config);
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", exporter.child.id())).unwrap();
+        assert!(
+            status.lines().any(|l| l == "CapEff:\t0000000000000000"),
+            "{who}: capabilities left: {status}"
+        );
+        let rank_pid = rank.0.id().to_string();
+        let foreign_pid = foreign.0.id().to_string();
+        let capless_pid = capless.0.id().to_string();
+        let kubernetes_up =
+            |p: &[Family]| value(p, "gpu_exporter_source_up", &[("source", "kubernetes")]);
+        let page = exporter.metrics_when(|p| {
+            value(p, "gpu_process_workers", &[("pid", &rank_pid)]) == Some(2.0)
+                && value(
+                    p,
+                    "gpu_process_busiest_thread_cpu_ratio",
+                    &[("pid", &rank_pid)],
+                )
+                .is_some()
+                && p.iter()
+                    .any(|f| f.name == "gpu_verdict" && f.samples.len() == 3)
+                && value(
+                    p,
+                    "gpu_exporter_source_errors_total",
+                    &[("source", "kubernetes")],
+                )
+                .is_some_and(|n| n >= 1.0)
+                    == (who == "nobody")
+                && kubernetes_up(p) == Some(if who == "nobody" { 0.0 } else { 1.0 })
+        });
+        // Readable without privilege: process CPU, threads, workers, cgroup, and so verdicts.
+        for pid in [&rank_pid, &foreign_pid] {
+            assert!(
+                value(&page, "gpu_process_cpu_cores", &[("pid", pid)]).is_some(),
+                "{who} {pid}"
+            );
+            assert!(
+                value(&page, "gpu_process_threads", &[("pid", pid)]).is_some(),
+                "{who} {pid}"
+            );
+        }
+        assert!(value(
+            &page,
+            "gpu_bottleneck_score",
+            &[("gpu", "0"), ("kind", "host_bound")]
+        )
+        .is_some());
+        assert!(value(
+            &page,
+            "gpu_bottleneck_score",
+            &[("gpu", "0"), ("kind", "data_cpu")]
+        )
+        .is_some());
+        let read_bytes = |pid: &str| value(&page, "gpu_process_read_bytes_total", &[("pid", pid)]);
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_signal_supported",
+                &[("signal", "process_read_bytes")]
+            ),
+            Some(0.0),
+            "{who}: another user's io is never readable without CAP_SYS_PTRACE"
+        );
+        assert_eq!(read_bytes(&foreign_pid), None, "{who}");
+        assert_eq!(
+            read_bytes(&rank_pid),
+            None,
+            "{who}: the rank holds capabilities the exporter lacks"
+        );
+        let pod = value(&page, "gpu_pod_info", &[("gpu", "0"), ("pod", "train-0")]);
+        if who == "nobody" {
+            assert_eq!(read_bytes(&capless_pid), None, "root's io is not nobody's");
+            assert_eq!(pod, None, "no pods without the socket");
+            assert_eq!(
+                value(
+                    &page,
+                    "gpu_exporter_source_supported",
+                    &[("source", "kubernetes")]
+                ),
+                Some(1.0)
+            );
+            let _ = exporter.child.kill();
+            let _ = exporter.child.wait();
+            let mut log = String::new();
+            std::io::Read::read_to_string(exporter.child.stderr.as_mut().unwrap(), &mut log)
+                .unwrap();
+            assert!(
+                log.contains("permission denied connecting to") && log.contains("runAsUser: 0"),
+                "the log says why and what to change: {log}"
+            );
+        } else {
+            assert!(
+                read_bytes(&capless_pid).is_some(),
+                "uid 0 reads the io of a root process that holds no capabilities either"
+            );
+            assert_eq!(
+                pod,
+                Some(1.0),
+                "uid 0 connects to the socket without capabilities"
+            );
+        }
+    }
+}
+
+/// A child process killed when the test ends, pass or fail: a leaked rank would keep the test
+/// runner's output pipe open.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -229,6 +229,75 @@ fn every_gpu_process_of_one_cgroup_gets_its_throttling_and_pressure() {
     }
 }
 
+/// Deployed unprivileged, the exporter cannot read `/proc/<pid>/io` of another user's process
+/// (it needs CAP_SYS_PTRACE or the same uid): the read bytes are absent, the signal is listed as
+/// unsupported, and everything else is read as before. The sampling runs on a thread whose
+/// credentials alone are dropped to nobody (a raw setresuid changes only the calling thread),
+/// against a copy of the fixture whose io file is readable by its owner only.
+#[test]
+fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to drop to another uid");
+        return;
+    }
+    let work = TempDir::new("unprivileged");
+    let tree = work.path().join("tree");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::repo_root().join("tests/fixtures/process-v2"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    use std::os::unix::fs::PermissionsExt;
+    for t in ["t0", "t1"] {
+        let io = tree.join(t).join("proc/1000/io");
+        std::fs::set_permissions(&io, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // Nobody swaps the proc and sys links between ticks.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let root = work.path().to_path_buf();
+    let snapshot = std::thread::spawn(move || {
+        let dropped = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
+        assert_eq!(dropped, 0, "setresuid on this thread");
+        let roots = HostRoots {
+            procfs: root.join("proc"),
+            sysfs: root.join("sys"),
+        };
+        let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
+        let mut snapshot = Snapshot::default();
+        for (second, t) in ["t0", "t1"].iter().enumerate() {
+            for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
+                let _ = std::fs::remove_file(link);
+                std::os::unix::fs::symlink(root.join("tree").join(t).join(dir), link).unwrap();
+            }
+            snapshot = node_with_gpu_process(1000, "python3");
+            source
+                .sample(&mut snapshot, Duration::from_secs(second as u64))
+                .unwrap();
+        }
+        snapshot
+    })
+    .join()
+    .unwrap();
+    let c = context(&snapshot);
+    assert_eq!(c.read_bytes, None);
+    assert_eq!(snapshot.unsupported_signals, vec!["process_read_bytes"]);
+    // The rest is read as with privilege.
+    common::assert_close(c.cpu_cores, 1.3);
+    common::assert_close(c.busiest_thread_ratio, 0.98);
+    common::assert_close(c.workers.read_bytes_per_second, 2.4e7);
+    let f = common::check_goldens("process-unprivileged", &common::render_pinned(&snapshot));
+    assert_eq!(
+        value(
+            &f,
+            "gpu_exporter_signal_supported",
+            &[("signal", "process_read_bytes")]
+        ),
+        Some(0.0)
+    );
+}
+
 #[test]
 fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
     let snapshot = sample_fixture("process-v1", 2000, "train.py");

@@ -30,6 +30,7 @@ metric!(SOURCE_UP, "gpu_exporter_source_up", Gauge, None, ["source"], "1 if the 
 metric!(SOURCE_SUPPORTED, "gpu_exporter_source_supported", Gauge, None, ["source"], "0 if the host does not offer this source at all (e.g. no /proc/pressure), else 1.");
 metric!(SOURCE_DURATION, "gpu_exporter_source_duration_seconds", Gauge, SECONDS, ["source"], "Wall time the source took on the last tick.");
 metric!(SOURCE_ERRORS, "gpu_exporter_source_errors", Counter, None, ["source"], "Ticks on which the source failed.");
+metric!(SIGNAL_SUPPORTED, "gpu_exporter_signal_supported", Gauge, None, ["signal"], "0 for a signal the exporter lacks the privilege to read on this tick (process_read_bytes needs CAP_SYS_PTRACE unless the process runs as the exporter's uid with no capability the exporter lacks); readable signals have no series.");
 metric!(SAMPLES, "gpu_exporter_samples", Counter, None, [], "Ticks the sampler has taken.");
 metric!(SAMPLE_DURATION, "gpu_exporter_sample_duration_seconds", Gauge, SECONDS, [], "Wall time of the last tick, all sources together.");
 metric!(HTTP_OPEN_CONNECTIONS, "gpu_exporter_http_open_connections", Gauge, None, [], "Connections the HTTP server is serving now.");

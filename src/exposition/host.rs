@@ -24,6 +24,11 @@ pub(super) fn self_families(snapshot: &Snapshot, tick_seconds: f64, out: &mut Ve
         errors.add(&name, status.errors_total as f64);
     }
     out.extend([up, supported, duration, errors]);
+    let mut signals = Family::new(&SIGNAL_SUPPORTED);
+    for signal in &snapshot.unsupported_signals {
+        signals.add(&[signal], 0.0);
+    }
+    out.push(signals);
     out.push(Family::single(&SAMPLES, snapshot.samples_total as f64));
     out.push(Family::single(&SAMPLE_DURATION, tick_seconds));
 }

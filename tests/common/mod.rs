@@ -80,7 +80,12 @@ impl Exporter {
 
     /// Like `start`, with extra environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> Exporter {
-        let exporter = Exporter::spawn(args, env);
+        Exporter::start_wrapped(&[], args, env)
+    }
+
+    /// Like `start_with_env`, run through `wrapper`.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &Path)]) -> Exporter {
+        let exporter = Exporter::spawn_wrapped(wrapper, args, env);
         let address = exporter.address;
         exporter.wait_for(|| {
             http::get(address, "/healthz", &[])
@@ -92,8 +97,21 @@ impl Exporter {
 
     /// Starts the binary without waiting for it to answer (over TLS plain HTTP never will).
     pub fn spawn(args: &[&str], env: &[(&str, &Path)]) -> Exporter {
+        Exporter::spawn_wrapped(&[], args, env)
+    }
+
+    /// Like `spawn`, run through `wrapper` (e.g. `setpriv --reuid=65534 ... --`).
+    pub fn spawn_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &Path)]) -> Exporter {
         let address = free_address();
-        let child = Command::new(binary())
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(binary());
+                command
+            }
+            None => Command::new(binary()),
+        };
+        let child = command
             .envs(env.iter().map(|(k, v)| (k, v.as_os_str())))
             .arg("serve")
             .arg("--listen")
@@ -255,6 +273,11 @@ impl Scenario {
 
     /// Starts the exporter (GPU and cpu sources only, 200 ms ticks) on `library`.
     pub fn start(&self, library: &Path, extra_config: &str) -> Exporter {
+        self.start_wrapped(&[], library, extra_config)
+    }
+
+    /// Like `start`, run through `wrapper`.
+    pub fn start_wrapped(&self, wrapper: &[&str], library: &Path, extra_config: &str) -> Exporter {
         let config = self.dir.path().join("config.yaml");
         std::fs::write(
             &config,
@@ -264,7 +287,8 @@ impl Scenario {
             ),
         )
         .unwrap();
-        Exporter::start_with_env(
+        Exporter::start_wrapped(
+            wrapper,
             &["--config", config.to_str().unwrap()],
             &[("FAKE_NVML_SCENARIO", &self.path())],
         )

@@ -81,6 +81,7 @@ pub struct Answer {
 /// Asks the kubelet's pod-resources API once, over its unix socket.
 pub async fn ask(socket: &Path) -> Result<Answer, String> {
     use tonic::transport::{Endpoint, Uri};
+    let socket_path = socket;
     let socket = socket.to_path_buf();
     // The URI is required by the API but unused: the connector dials the unix socket.
     let channel = Endpoint::try_from("http://localhost")
@@ -96,7 +97,7 @@ pub async fn ask(socket: &Path) -> Result<Answer, String> {
             }
         }))
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(|e| connect_error(&socket_path, &e))?;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let list: proto::ListPodResourcesResponse =
         unary(&mut grpc, proto::LIST, proto::ListPodResourcesRequest {}).await?;
@@ -114,6 +115,31 @@ pub async fn ask(socket: &Path) -> Result<Answer, String> {
             .flat_map(|d| d.device_ids)
             .collect(),
     })
+}
+
+/// Why the socket could not be dialled, with the cause tonic wraps; for a refused permission,
+/// also what to change (the kubelet creates the socket owned by root, writable by root only,
+/// and connecting to a unix socket needs write permission on it).
+fn connect_error(socket: &Path, error: &(dyn std::error::Error + 'static)) -> String {
+    let mut causes = Vec::new();
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::PermissionDenied {
+                return format!(
+                    "permission denied connecting to {}: the kubelet creates it owned by root and writable only by root; run the exporter as uid 0 (no capability is needed: runAsUser: 0 with every capability dropped), or give its user write access to the socket",
+                    socket.display()
+                );
+            }
+        }
+        causes.push(e.to_string());
+        cause = e.source();
+    }
+    format!(
+        "cannot connect to {}: {}",
+        socket.display(),
+        causes.join(": ")
+    )
 }
 
 async fn unary<Q, R>(

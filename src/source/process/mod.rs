@@ -32,16 +32,23 @@ const ESRCH: i32 = 3;
 enum ReadError {
     /// The process (or cgroup) is gone: skip it quietly.
     Gone,
-    /// Anything else (permissions, a malformed file).
+    /// The exporter lacks the privilege (e.g. /proc/<pid>/io of another user's process
+    /// without CAP_SYS_PTRACE).
+    Denied,
+    /// Anything else (a malformed file, an I/O error).
     Other(String),
 }
 
 fn read(path: &Path) -> Result<String, ReadError> {
     std::fs::read_to_string(path).map_err(|e| match (e.kind(), e.raw_os_error()) {
         (io::ErrorKind::NotFound, _) | (_, Some(ESRCH)) => ReadError::Gone,
+        (io::ErrorKind::PermissionDenied, _) => ReadError::Denied,
         _ => ReadError::Other(format!("{}: {e}", path.display())),
     })
 }
+
+/// The signal `/proc/<pid>/io` feeds, named as `gpu_exporter_signal_supported` labels it.
+pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 
 /// CPU and I/O counters of one task, kept between ticks.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +90,8 @@ pub struct ProcessSource {
     ticks: HashMap<(u32, u64), Previous<Ticks>>,
     /// Per GPU process (pid, start time): the last pass over its threads.
     thread_passes: HashMap<(u32, u64), ThreadPass>,
+    /// Whether an io file was refused for lack of privilege on this tick.
+    io_denied: bool,
     cgroups: CgroupReader,
 }
 
@@ -97,6 +106,7 @@ impl ProcessSource {
             trees: HashMap::new(),
             ticks: HashMap::new(),
             thread_passes: HashMap::new(),
+            io_denied: false,
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
             roots,
         }
@@ -212,10 +222,15 @@ impl ProcessSource {
         numeric_entries(&self.roots.procfs.join(pid.to_string()).join("task"))
     }
 
-    fn read_ticks(&self, pid: u32, stat: &Stat) -> Ticks {
-        let read_bytes = read(&self.proc_path(pid, "io"))
-            .ok()
-            .and_then(|t| procfs::parse_io_read_bytes(&t).ok());
+    fn read_ticks(&mut self, pid: u32, stat: &Stat) -> Ticks {
+        let read_bytes = match read(&self.proc_path(pid, "io")) {
+            Ok(text) => procfs::parse_io_read_bytes(&text).ok(),
+            Err(ReadError::Denied) => {
+                self.io_denied = true;
+                None
+            }
+            Err(_) => None,
+        };
         Ticks {
             cpu: stat.utime + stat.stime,
             blkio: stat.blkio_ticks,
@@ -234,6 +249,7 @@ impl ProcessSource {
         let stat = match self.stat(&self.proc_path(pid, "stat")) {
             Ok(stat) => stat,
             Err(ReadError::Gone) => return Ok(None),
+            Err(ReadError::Denied) => return Err(format!("/proc/{pid}/stat: permission denied")),
             Err(ReadError::Other(e)) => return Err(e),
         };
         let status = match read(&self.proc_path(pid, "status")) {
@@ -241,6 +257,7 @@ impl ProcessSource {
                 procfs::parse_status(&text).map_err(|e| format!("/proc/{pid}/status: {e}"))?
             }
             Err(ReadError::Gone) => return Ok(None),
+            Err(ReadError::Denied) => return Err(format!("/proc/{pid}/status: permission denied")),
             Err(ReadError::Other(e)) => return Err(e),
         };
         let key = (pid, stat.starttime);
@@ -450,6 +467,7 @@ impl Source for ProcessSource {
         let delay = self.delay_accounting();
         let mut fresh = HashMap::new();
         self.cgroups.begin_tick();
+        self.io_denied = false;
         let mut contexts = Vec::new();
         let mut failures = Vec::new();
         for pid in pids.iter().copied() {
@@ -475,6 +493,9 @@ impl Source for ProcessSource {
             Some(((rates.busy_ratio * cpus - trees?) / cpus).clamp(0.0, 1.0))
         });
         snapshot.processes = contexts;
+        if self.io_denied {
+            snapshot.unsupported_signals.push(READ_BYTES_SIGNAL);
+        }
         snapshot.delay_accounting = delay;
         match failures.first() {
             // Permission problems on every process mean the source cannot do its job.

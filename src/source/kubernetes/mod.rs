@@ -97,7 +97,7 @@ pub async fn ask(socket: &Path) -> Result<Answer, String> {
             }
         }))
         .await
-        .map_err(|e| connect_error(&socket_path, &e))?;
+        .map_err(|e| connect_error(socket_path, &e))?;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let list: proto::ListPodResourcesResponse =
         unary(&mut grpc, proto::LIST, proto::ListPodResourcesRequest {}).await?;

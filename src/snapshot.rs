@@ -305,6 +305,12 @@ pub struct GpuDevice {
     pub model: String,
     /// PCI bus id, e.g. `00000000:17:00.0`.
     pub pci_bus_id: String,
+    /// VBIOS version, e.g. `96.00.99.00.01`.
+    pub vbios_version: String,
+    /// Architecture, e.g. `Hopper`.
+    pub architecture: String,
+    /// Brand, e.g. `Tesla` (NVML's name for data-centre boards).
+    pub brand: String,
     /// NUMA node the GPU is attached to.
     pub numa_node: Option<u32>,
     /// CPUs close to the GPU, as a cpuset list (`0-15,32-47`).
@@ -323,6 +329,16 @@ pub struct GpuDevice {
     pub temperature_celsius: Option<f64>,
     /// Temperature at which the GPU starts slowing down.
     pub slowdown_temperature_celsius: Option<f64>,
+    /// Performance state: 0 (P0, fastest) to 15.
+    pub performance_state: Option<u32>,
+    /// The board's default power limit (the enforced one below it means someone capped it).
+    pub power_limit_default_watts: Option<f64>,
+    /// Mean fan speed as a share of the maximum (absent on passively cooled boards).
+    pub fan_speed_ratio: Option<f64>,
+    /// Video encoder utilization over NVML's last sample period.
+    pub encoder_ratio: Option<f64>,
+    /// Video decoder utilization (NVDEC; data pipelines that decode video or JPEG on the GPU).
+    pub decoder_ratio: Option<f64>,
     /// Board power draw.
     pub power_watts: Option<f64>,
     /// Enforced power limit.
@@ -401,8 +417,6 @@ pub struct GpuMemory {
     pub total_bytes: u64,
     /// Allocated by processes.
     pub used_bytes: u64,
-    /// Held by the driver and firmware.
-    pub reserved_bytes: u64,
 }
 
 /// One clock domain.
@@ -516,6 +530,12 @@ pub struct ProcessContext {
     pub state: char,
     /// Threads of the main process.
     pub threads: u32,
+    /// Real user id.
+    pub uid: Option<u32>,
+    /// Resident host memory of the main process, in bytes.
+    pub resident_bytes: Option<u64>,
+    /// When the process started, in seconds since the epoch.
+    pub start_time_seconds: Option<f64>,
     /// User-mode CPU seconds since the process started.
     pub cpu_user_seconds: f64,
     /// Kernel-mode CPU seconds since the process started.
@@ -579,8 +599,6 @@ pub struct CgroupContext {
     pub slurm_job: String,
     /// CPU quota in cores (`None`: no quota).
     pub cpu_quota_cores: Option<f64>,
-    /// Time throttled since creation.
-    pub throttled_seconds: Option<f64>,
     /// Share of the enforcement periods of the last interval in which the cgroup was throttled.
     pub throttled_ratio: Option<f64>,
     /// The cgroup's own pressure stall shares over the last interval (cgroup v2).

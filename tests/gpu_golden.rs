@@ -97,8 +97,33 @@ fn gpu_node_and_missing_library_goldens() {
     assert_eq!(gpu("gpu_busy_samples", "1"), Some(12.0));
     assert_eq!(gpu("gpu_busy_mean_ratio", "1"), Some(0.25));
     assert_eq!(gpu("gpu_busy_idle_share_ratio", "1"), Some(0.75));
-    assert_eq!(gpu("gpu_pcie_link_degraded", "1"), Some(1.0));
-    assert_eq!(gpu("gpu_pcie_link_degraded", "0"), Some(0.0));
+    assert_eq!(gpu("gpu_pcie_link_generation", "1"), Some(3.0));
+    assert_eq!(gpu("gpu_pcie_link_max_generation", "1"), Some(5.0));
+    // What the peers export too: P-state, default power limit, fans, codecs, identity.
+    assert_eq!(gpu("gpu_performance_state", "1"), Some(2.0));
+    assert_eq!(gpu("gpu_power_limit_watts", "0"), Some(500.0));
+    assert_eq!(gpu("gpu_power_limit_default_watts", "0"), Some(700.0));
+    assert_eq!(gpu("gpu_decoder_utilization_ratio", "1"), Some(0.35));
+    assert_eq!(gpu("gpu_encoder_utilization_ratio", "1"), Some(0.0));
+    assert_eq!(gpu("gpu_fan_speed_ratio", "1"), Some(0.45));
+    assert_eq!(
+        gpu("gpu_fan_speed_ratio", "0"),
+        None,
+        "no fans: absent, not 0"
+    );
+    let info = |index: &str, label: &str| {
+        f.iter()
+            .find(|family| family.name == "gpu_info")
+            .and_then(|family| family.samples.iter().find(|s| s.labels["gpu"] == index))
+            .map(|s| s.labels[label].clone())
+    };
+    assert_eq!(info("0", "architecture").as_deref(), Some("Hopper"));
+    assert_eq!(info("3", "architecture").as_deref(), Some("Ampere"));
+    assert_eq!(
+        info("3", "vbios_version").as_deref(),
+        Some("92.00.45.00.05")
+    );
+    assert_eq!(info("0", "brand").as_deref(), Some("Tesla"));
     let reason = |r: &str| value(&f, "gpu_throttle_reason", &[("gpu", "0"), ("reason", r)]);
     assert_eq!(reason("sw_power_cap"), Some(1.0));
     assert_eq!(
@@ -121,6 +146,11 @@ fn gpu_node_and_missing_library_goldens() {
         "only unsupported features are listed"
     );
     assert_eq!(gpu("gpu_energy_joules_total", "3"), None);
+    assert_eq!(
+        feature("0", "fans"),
+        Some(0.0),
+        "a board without fans says so"
+    );
     // GPM rates from two samples; on the older board absent, with the flag saying why.
     assert_eq!(gpu("gpu_sm_activity_ratio", "0"), Some(0.915));
     assert_eq!(gpu("gpu_sm_occupancy_ratio", "0"), Some(0.3725));

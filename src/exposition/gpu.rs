@@ -58,6 +58,9 @@ pub(super) fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Fam
                 &gpu.pci_bus_id,
                 &numa,
                 &affinity,
+                &gpu.vbios_version,
+                &gpu.architecture,
+                &gpu.brand,
                 &snapshot.driver_version,
                 &snapshot.cuda_driver_version,
                 node,
@@ -79,7 +82,6 @@ pub(super) fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Fam
         g.utilization.map(|u| u.memory_ratio)
     });
     per_gpu(out, &BUSY_MEAN, gpus, |g| g.busy.map(|b| b.mean_ratio));
-    per_gpu(out, &BUSY_MAX, gpus, |g| g.busy.map(|b| b.max_ratio));
     per_gpu(out, &BUSY_IDLE, gpus, |g| {
         g.busy.map(|b| b.idle_share_ratio)
     });
@@ -92,15 +94,21 @@ pub(super) fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Fam
     per_gpu(out, &GPU_MEM_USED, gpus, |g| {
         g.memory.map(|m| m.used_bytes as f64)
     });
-    per_gpu(out, &GPU_MEM_RESERVED, gpus, |g| {
-        g.memory.map(|m| m.reserved_bytes as f64)
-    });
     per_gpu(out, &GPU_TEMP, gpus, |g| g.temperature_celsius);
     per_gpu(out, &GPU_TEMP_SLOWDOWN, gpus, |g| {
         g.slowdown_temperature_celsius
     });
     per_gpu(out, &GPU_POWER, gpus, |g| g.power_watts);
     per_gpu(out, &GPU_POWER_LIMIT, gpus, |g| g.power_limit_watts);
+    per_gpu(out, &GPU_POWER_LIMIT_DEFAULT, gpus, |g| {
+        g.power_limit_default_watts
+    });
+    per_gpu(out, &GPU_PSTATE, gpus, |g| {
+        g.performance_state.map(f64::from)
+    });
+    per_gpu(out, &GPU_FAN, gpus, |g| g.fan_speed_ratio);
+    per_gpu(out, &GPU_ENCODER, gpus, |g| g.encoder_ratio);
+    per_gpu(out, &GPU_DECODER, gpus, |g| g.decoder_ratio);
     per_gpu(out, &GPU_ENERGY, gpus, |g| g.energy_joules);
     let mut clock = Family::new(&GPU_CLOCK);
     let mut clock_max = Family::new(&GPU_CLOCK_MAX);
@@ -142,12 +150,6 @@ pub(super) fn gpu_families(snapshot: &GpuSnapshot, node: &str, out: &mut Vec<Fam
     });
     per_gpu(out, &PCIE_MAX_WIDTH, gpus, |g| {
         g.pcie.max_width.map(f64::from)
-    });
-    per_gpu(out, &PCIE_DEGRADED, gpus, |g| {
-        let p = g.pcie;
-        Some(flag(
-            p.generation? < p.max_generation? || p.width? < p.max_width?,
-        ))
     });
     per_gpu(out, &PCIE_TX, gpus, |g| g.pcie.tx_bytes_per_second);
     per_gpu(out, &PCIE_RX, gpus, |g| g.pcie.rx_bytes_per_second);
@@ -219,11 +221,12 @@ fn gpu_health_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
         }
     }
     out.extend([limited, remapped]);
+    // Listed only while true (row remapping unsupported shows in gpu_feature_supported).
     per_gpu(out, &REMAP_PENDING, gpus, |g| {
-        g.remapped_rows.map(|r| flag(r.pending))
+        g.remapped_rows.filter(|r| r.pending).map(|_| 1.0)
     });
     per_gpu(out, &REMAP_FAILED, gpus, |g| {
-        g.remapped_rows.map(|r| flag(r.failed))
+        g.remapped_rows.filter(|r| r.failed).map(|_| 1.0)
     });
     per_gpu(out, &NVLINK_ACTIVE, gpus, |g| {
         let links = &g.nvlink.as_ref()?.links;

@@ -49,7 +49,8 @@ pub(super) fn process_context_families(
     let mut workers_read = Family::new(&WORKERS_READ);
     let mut cgroup_info = Family::new(&CGROUP_INFO);
     let mut quota = Family::new(&CGROUP_QUOTA);
-    let mut throttled_seconds = Family::new(&CGROUP_THROTTLED_SECONDS);
+    let mut resident = Family::new(&PROC_RESIDENT);
+    let mut started = Family::new(&PROC_START_TIME);
     let mut throttled_ratio = Family::new(&CGROUP_THROTTLED_RATIO);
     let mut pressure = Family::new(&CGROUP_PRESSURE);
     let mut slurm_jobs = Family::new(&GPU_SLURM_JOB);
@@ -79,6 +80,8 @@ pub(super) fn process_context_families(
                 (&mut busiest, c.busiest_thread_ratio),
                 (&mut blkio, c.blkio_delay_seconds),
                 (&mut read_bytes, c.read_bytes.map(|b| b as f64)),
+                (&mut resident, c.resident_bytes.map(|b| b as f64)),
+                (&mut started, c.start_time_seconds),
             ];
             for (family, value) in optional {
                 if let Some(v) = value {
@@ -115,22 +118,24 @@ pub(super) fn process_context_families(
             ] {
                 workers_state.add(&and(&base, name), f64::from(count));
             }
-            let Some(g) = &c.cgroup else { continue };
+            let uid = c.uid.map(|u| u.to_string()).unwrap_or_default();
+            let owner = c.cgroup.clone().unwrap_or_default();
             cgroup_info.add(
                 &[
                     base[0],
                     base[1],
                     base[2],
                     base[3],
-                    &g.pod_uid,
-                    &g.container_id,
-                    &g.slurm_job,
+                    &uid,
+                    &owner.pod_uid,
+                    &owner.container_id,
+                    &owner.slurm_job,
                 ],
                 1.0,
             );
+            let Some(g) = &c.cgroup else { continue };
             let optional = [
                 (&mut quota, g.cpu_quota_cores),
-                (&mut throttled_seconds, g.throttled_seconds),
                 (&mut throttled_ratio, g.throttled_ratio),
             ];
             for (family, value) in optional {
@@ -139,13 +144,11 @@ pub(super) fn process_context_families(
                 }
             }
             for p in &g.pressure {
-                let Some(rates) = p.rates else { continue };
-                let labels = |kind| [base[0], base[1], base[2], base[3], p.resource, kind];
-                pressure.add(&labels("some"), rates.some_ratio);
-                // "full" only for memory (every task stalled: thrashing); for cpu and io
-                // "some" already says the cgroup waits.
-                if let (Some(full), "memory") = (rates.full_ratio, p.resource) {
-                    pressure.add(&labels("full"), full);
+                // "some" says the cgroup waits; "full" adds little per process (the host's
+                // gpu_host_pressure_stalled_ratio keeps both).
+                if let Some(rates) = p.rates {
+                    let labels = [base[0], base[1], base[2], base[3], p.resource, "some"];
+                    pressure.add(&labels, rates.some_ratio);
                 }
             }
         }
@@ -169,7 +172,8 @@ pub(super) fn process_context_families(
         workers_read,
         cgroup_info,
         quota,
-        throttled_seconds,
+        resident,
+        started,
         throttled_ratio,
         pressure,
         slurm_jobs,

@@ -146,6 +146,9 @@ impl DemoSource {
             index: index as u32,
             uuid: format!("GPU-de300000-0000-4000-8000-{index:012}"),
             model: "NVIDIA H100 80GB HBM3 (simulated)".into(),
+            vbios_version: "96.00.99.00.01".into(),
+            architecture: "Hopper".into(),
+            brand: "Tesla".into(),
             pci_bus_id: format!("00000000:{:02x}:00.0", 0x18 + index * 0x10),
             numa_node: Some(numa),
             cpu_affinity: Some(if numa == 0 {
@@ -172,12 +175,17 @@ impl DemoSource {
             memory: Some(GpuMemory {
                 total_bytes: total,
                 used_bytes: used,
-                reserved_bytes: GIB / 2,
             }),
             temperature_celsius: Some(temperature),
             slowdown_temperature_celsius: Some(87.0),
             power_watts: Some(power),
             power_limit_watts: Some(700.0),
+            power_limit_default_watts: Some(700.0),
+            performance_state: Some(if role == Role::Idle { 8 } else { 0 }),
+            // SXM boards are cooled by the chassis: no fan of their own.
+            fan_speed_ratio: None,
+            encoder_ratio: Some(0.0),
+            decoder_ratio: Some(0.0),
             energy_joules: Some(1.0e9 + power * seconds),
             clocks: vec![
                 GpuClock {
@@ -244,7 +252,7 @@ impl DemoSource {
             // The idle GPU is assigned to a notebook nobody uses: allocated but idle.
             allocated_idle_seconds: (role == Role::Idle).then_some(seconds + 3600.0),
             allocated_idle: role == Role::Idle,
-            unsupported: Vec::new(),
+            unsupported: vec!["fans"],
         };
         (device, contexts)
     }
@@ -288,6 +296,10 @@ impl DemoSource {
             ppid: pid - 50_000,
             state: if busiest > 0.9 { 'R' } else { 'S' },
             threads: 48,
+            uid: Some(1000),
+            resident_bytes: Some(12 * GIB),
+            // A fixed start: 2026-11-30 08:00 UTC.
+            start_time_seconds: Some(1_796_025_600.0),
             cpu_user_seconds: 1000.0,
             cpu_system_seconds: 100.0,
             cpu_cores: Some(busiest * 1.4),
@@ -318,7 +330,6 @@ impl DemoSource {
                 container_id: format!("{:064x}", 0xde30_0000u64 + pid as u64),
                 slurm_job: String::new(),
                 cpu_quota_cores: Some(32.0),
-                throttled_seconds: Some(0.0),
                 throttled_ratio: Some(0.0),
                 pressure: Vec::new(),
             }),

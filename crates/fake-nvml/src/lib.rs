@@ -74,6 +74,20 @@ struct Device {
     shutdown_temperature: u32,
     power_mw: u32,
     power_limit_mw: u32,
+    /// The board's default power limit.
+    power_default_limit_mw: u32,
+    /// Performance state: 0 (P0, fastest) to 15; 32 is NVML's "unknown".
+    performance_state: u32,
+    /// Fan speeds in percent, one per fan; empty on passively cooled boards (NOT_SUPPORTED).
+    fans: Vec<u32>,
+    /// Video encoder and decoder utilization in percent.
+    encoder_utilization: u32,
+    decoder_utilization: u32,
+    vbios_version: String,
+    /// nvmlDeviceArchitecture_t: 7 Ampere, 8 Ada, 9 Hopper, 10 Blackwell.
+    architecture: u32,
+    /// nvmlBrandType_t: 2 Tesla (data-centre boards), 5 GeForce, 14 NVIDIA.
+    brand: u32,
     /// Energy counter at library load; it then grows by power × time, as a real one does.
     energy_mj: u64,
     clock_sm_mhz: u32,
@@ -140,6 +154,14 @@ impl Default for Device {
             shutdown_temperature: 92,
             power_mw: 70_000,
             power_limit_mw: 700_000,
+            power_default_limit_mw: 700_000,
+            performance_state: 0,
+            fans: Vec::new(),
+            encoder_utilization: 0,
+            decoder_utilization: 0,
+            vbios_version: "96.00.99.00.01".into(),
+            architecture: 9,
+            brand: 2,
             energy_mj: 1_000_000,
             clock_sm_mhz: 1980,
             clock_memory_mhz: 2619,
@@ -820,6 +842,132 @@ pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetEnforcedPowerLimit", |d| {
         set(limit, d.power_limit_mw)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementDefaultLimit(
+    device: nvmlDevice_t,
+    limit: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPowerManagementDefaultLimit", |d| {
+        set(limit, d.power_default_limit_mw)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(
+    device: nvmlDevice_t,
+    state: *mut nvmlPstates_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPerformanceState", |d| {
+        set(state, d.performance_state as nvmlPstates_t)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNumFans(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetNumFans", |d| {
+        if d.fans.is_empty() {
+            nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+        } else {
+            set(count, d.fans.len() as c_uint)
+        }
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
+    device: nvmlDevice_t,
+    fan: c_uint,
+    speed: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetFanSpeed_v2", |d| {
+        match d.fans.get(fan as usize) {
+            Some(percent) => set(speed, *percent),
+            None if d.fans.is_empty() => nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            None => nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// The codec utilization calls: a percentage and the sampling period it covers (in µs).
+unsafe fn codec_utilization(
+    device: nvmlDevice_t,
+    name: &str,
+    percent: fn(&Device) -> u32,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, name, |d| {
+        set(period_us, 167_000);
+        set(utilization, percent(d))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    codec_utilization(
+        device,
+        "nvmlDeviceGetEncoderUtilization",
+        |d| d.encoder_utilization,
+        utilization,
+        period_us,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    codec_utilization(
+        device,
+        "nvmlDeviceGetDecoderUtilization",
+        |d| d.decoder_utilization,
+        utilization,
+        period_us,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetVbiosVersion(
+    device: nvmlDevice_t,
+    version: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetVbiosVersion", |d| {
+        write_c_string(&d.vbios_version, version, length)
+    })
+}
+
+#[cfg(not(old_driver))]
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
+    device: nvmlDevice_t,
+    architecture: *mut nvmlDeviceArchitecture_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetArchitecture", |d| {
+        set(architecture, d.architecture)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetBrand(
+    device: nvmlDevice_t,
+    brand: *mut nvmlBrandType_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetBrand", |d| {
+        set(brand, d.brand as nvmlBrandType_t)
     })
 }
 

@@ -22,7 +22,7 @@ use crate::snapshot::{
 };
 
 /// Every feature the source asks NVML for, as exported in `gpu_feature_supported`.
-pub const FEATURES: [&str; 28] = [
+pub const FEATURES: [&str; 36] = [
     "name",
     "pci_info",
     "numa_node",
@@ -34,6 +34,14 @@ pub const FEATURES: [&str; 28] = [
     "temperature_thresholds",
     "power",
     "power_limit",
+    "power_limit_default",
+    "performance_state",
+    "fans",
+    "encoder",
+    "decoder",
+    "vbios",
+    "architecture",
+    "brand",
     "energy",
     "clocks",
     "max_clocks",
@@ -63,14 +71,57 @@ struct GpuMemo {
     last_sample: u64,
     /// Newest per-process utilization sample already used (driver clock, opaque).
     last_process_sample: u64,
-    /// Identity read once: model, PCI bus id, NUMA node, CPU affinity.
-    identity: Option<(String, String, Option<u32>, Option<String>)>,
+    /// Identity, read once.
+    identity: Option<Identity>,
     /// Features that failed with an unexpected error on the last tick (logged on change).
     failing: BTreeSet<&'static str>,
     /// The GPM sample of the previous tick: GPM rates come from two samples.
     gpm_previous: Option<GpmSample<'static>>,
     /// The same per MIG GPU instance id.
     mig_gpm_previous: HashMap<u32, GpmSample<'static>>,
+}
+
+/// What does not change while a GPU is at its index.
+#[derive(Debug, Clone)]
+struct Identity {
+    model: String,
+    pci_bus_id: String,
+    numa_node: Option<u32>,
+    cpu_affinity: Option<String>,
+    vbios_version: String,
+    architecture: String,
+    brand: String,
+}
+
+impl Identity {
+    fn read(memo: &mut GpuMemo, uuid: &str, device: &Device<'static>) -> Result<Self, Lost> {
+        Ok(Identity {
+            model: ask(memo, uuid, "name", || device.name())?.unwrap_or_default(),
+            pci_bus_id: ask(memo, uuid, "pci_info", || device.pci_info())?
+                .map(|p| p.bus_id)
+                .unwrap_or_default(),
+            numa_node: ask(memo, uuid, "numa_node", || device.numa_node_id())?,
+            cpu_affinity: ask(memo, uuid, "cpu_affinity", || device.cpu_affinity(16))?
+                .map(|words| summary::cpu_list(&words)),
+            vbios_version: ask(memo, uuid, "vbios", || device.vbios_version())?.unwrap_or_default(),
+            architecture: ask(memo, uuid, "architecture", || device.architecture())?
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            brand: ask(memo, uuid, "brand", || device.brand())?
+                .map(|b| format!("{b:?}"))
+                .unwrap_or_default(),
+        })
+    }
+
+    fn apply(&self, gpu: &mut GpuDevice) {
+        gpu.model = self.model.clone();
+        gpu.pci_bus_id = self.pci_bus_id.clone();
+        gpu.numa_node = self.numa_node;
+        gpu.cpu_affinity = self.cpu_affinity.clone();
+        gpu.vbios_version = self.vbios_version.clone();
+        gpu.architecture = self.architecture.clone();
+        gpu.brand = self.brand.clone();
+    }
 }
 
 /// A GPU that stopped answering part-way through a tick.
@@ -137,11 +188,8 @@ impl DeviceReader {
         gpu.index = self.index;
         gpu.up = gpu.error.is_empty();
         gpu.uuid = self.uuid.clone();
-        if let Some((model, bus_id, numa, affinity)) = &self.memo.identity {
-            gpu.model = model.clone();
-            gpu.pci_bus_id = bus_id.clone();
-            gpu.numa_node = *numa;
-            gpu.cpu_affinity = affinity.clone();
+        if let Some(identity) = &self.memo.identity {
+            identity.apply(&mut gpu);
         }
         gpu.unsupported = self.memo.unsupported.iter().copied().collect();
         gpu
@@ -206,14 +254,7 @@ fn read_device(
 ) -> Result<(), Lost> {
     let uuid = gpu.uuid.clone();
     if memo.identity.is_none() {
-        let model = ask(memo, &uuid, "name", || device.name())?.unwrap_or_default();
-        let bus_id = ask(memo, &uuid, "pci_info", || device.pci_info())?
-            .map(|p| p.bus_id)
-            .unwrap_or_default();
-        let numa = ask(memo, &uuid, "numa_node", || device.numa_node_id())?;
-        let affinity = ask(memo, &uuid, "cpu_affinity", || device.cpu_affinity(16))?
-            .map(|words| summary::cpu_list(&words));
-        memo.identity = Some((model, bus_id, numa, affinity));
+        memo.identity = Some(Identity::read(memo, &uuid, device)?);
     }
 
     gpu.utilization =
@@ -244,7 +285,6 @@ fn read_device(
     gpu.memory = ask(memo, &uuid, "memory", || device.memory_info())?.map(|m| GpuMemory {
         total_bytes: m.total,
         used_bytes: m.used,
-        reserved_bytes: m.reserved,
     });
     gpu.temperature_celsius = ask(memo, &uuid, "temperature", || {
         device.temperature(TemperatureSensor::Gpu)
@@ -260,6 +300,31 @@ fn read_device(
         .map(|mw| f64::from(mw) / 1000.0);
     gpu.energy_joules = ask(memo, &uuid, "energy", || device.total_energy_consumption())?
         .map(|mj| mj as f64 / 1000.0);
+    gpu.power_limit_default_watts = ask(memo, &uuid, "power_limit_default", || {
+        device.power_management_limit_default()
+    })?
+    .map(|mw| f64::from(mw) / 1000.0);
+    gpu.performance_state = ask(memo, &uuid, "performance_state", || {
+        device.performance_state()
+    })?
+    .map(|p| p.as_c())
+    .filter(|p| *p <= 15);
+    gpu.fan_speed_ratio = match ask(memo, &uuid, "fans", || device.num_fans())? {
+        Some(fans) if fans > 0 => {
+            let speeds: Option<Vec<u32>> = (0..fans)
+                .map(|fan| ask(memo, &uuid, "fans", || device.fan_speed(fan)))
+                .collect::<Result<Vec<_>, Lost>>()?
+                .into_iter()
+                .collect();
+            // The mean over the board's fans (a card has one to three).
+            speeds.map(|s| s.iter().map(|p| f64::from(*p)).sum::<f64>() / 100.0 / s.len() as f64)
+        }
+        _ => None,
+    };
+    gpu.encoder_ratio = ask(memo, &uuid, "encoder", || device.encoder_utilization())?
+        .map(|u| f64::from(u.utilization.min(100)) / 100.0);
+    gpu.decoder_ratio = ask(memo, &uuid, "decoder", || device.decoder_utilization())?
+        .map(|u| f64::from(u.utilization.min(100)) / 100.0);
     // The graphics clock is left out: it runs with the SM clock on data-centre GPUs.
     for (domain, clock) in [("sm", Clock::SM), ("memory", Clock::Memory)] {
         let hertz = ask(memo, &uuid, "clocks", || device.clock_info(clock))?.map(mhz);
@@ -454,7 +519,6 @@ fn read_mig_devices(
             memory: mig.memory_info().ok().map(|m| GpuMemory {
                 total_bytes: m.total,
                 used_bytes: m.used,
-                reserved_bytes: m.reserved,
             }),
             sm_activity_ratio,
         });

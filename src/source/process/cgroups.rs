@@ -158,7 +158,6 @@ impl CgroupReader {
         );
         CgroupContext {
             cpu_quota_cores,
-            throttled_seconds: throttling.map(|t| t.throttled_seconds),
             throttled_ratio,
             pressure: pressure_snapshots,
             ..CgroupContext::default()

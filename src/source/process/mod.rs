@@ -92,6 +92,8 @@ pub struct ProcessSource {
     thread_passes: HashMap<(u32, u64), ThreadPass>,
     /// Whether an io file was refused for lack of privilege on this tick.
     io_denied: bool,
+    /// Boot time in seconds since the epoch (`None` until looked at).
+    boot_time: Option<Option<u64>>,
     cgroups: CgroupReader,
 }
 
@@ -107,6 +109,7 @@ impl ProcessSource {
             ticks: HashMap::new(),
             thread_passes: HashMap::new(),
             io_denied: false,
+            boot_time: None,
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
             roots,
         }
@@ -127,6 +130,14 @@ impl ProcessSource {
         let text =
             std::fs::read_to_string(self.roots.procfs.join("sys/kernel/task_delayacct")).ok()?;
         Some(text.trim() != "0")
+    }
+
+    /// The boot time from /proc/stat, read once (it does not change while the host runs).
+    fn boot_time(&mut self) -> Option<u64> {
+        let procfs = self.roots.procfs.clone();
+        *self.boot_time.get_or_insert_with(|| {
+            procfs::parse_boot_time(&std::fs::read_to_string(procfs.join("stat")).ok()?)
+        })
     }
 
     fn numa_node_of(&mut self, cpu: u32) -> Option<u32> {
@@ -280,6 +291,11 @@ impl ProcessSource {
             ppid: stat.ppid,
             state: stat.state,
             threads: stat.threads,
+            uid: status.uid,
+            resident_bytes: status.resident_bytes,
+            start_time_seconds: self
+                .boot_time()
+                .map(|boot| boot as f64 + stat.starttime as f64 / USER_HZ),
             cpu_user_seconds: stat.utime as f64 / USER_HZ,
             cpu_system_seconds: stat.stime as f64 / USER_HZ,
             cpu_cores: since.map(|(seconds, before)| {

@@ -60,6 +60,10 @@ pub struct Status {
     pub involuntary_switches: u64,
     /// CPUs the process may run on.
     pub allowed_cpus: Vec<u32>,
+    /// Real user id (absent from a malformed or truncated file).
+    pub uid: Option<u32>,
+    /// Resident memory in bytes (`VmRSS`; absent for zombies).
+    pub resident_bytes: Option<u64>,
 }
 
 /// Parses `/proc/<pid>/status`; every field used is required.
@@ -79,7 +83,23 @@ pub fn parse_status(text: &str) -> Result<Status, String> {
         voluntary_switches: count("voluntary_ctxt_switches")?,
         involuntary_switches: count("nonvoluntary_ctxt_switches")?,
         allowed_cpus: parse_cpu_list(value("Cpus_allowed_list")?)?,
+        uid: value("Uid")
+            .ok()
+            .and_then(|ids| ids.split_whitespace().next()?.parse().ok()),
+        resident_bytes: value("VmRSS").ok().and_then(|rss| {
+            let kib: u64 = rss.strip_suffix("kB")?.trim().parse().ok()?;
+            Some(kib * 1024)
+        }),
     })
+}
+
+/// The boot time in seconds since the epoch, from the `btime` line of `/proc/stat`.
+pub fn parse_boot_time(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Parses a CPU list like `0-3,8,10-11` (the kernel's cpulist format).
@@ -153,11 +173,27 @@ mod tests {
         assert_eq!(status.voluntary_switches, 150);
         assert_eq!(status.involuntary_switches, 7);
         assert_eq!(status.allowed_cpus, vec![0, 1, 2, 3, 8]);
+        assert_eq!((status.uid, status.resident_bytes), (None, None));
+        let full = parse_status("Uid:\t1000\t1000\t1000\t1000\nVmRSS:\t  204800 kB\nCpus_allowed_list:\t0\nvoluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t1\n").unwrap();
+        assert_eq!(
+            (full.uid, full.resident_bytes),
+            (Some(1000), Some(200 << 20))
+        );
         assert!(parse_status("Name:\tx\n").is_err());
         assert!(parse_status(
             "Cpus_allowed_list:\t0\nvoluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"
         )
         .is_err());
+    }
+
+    #[test]
+    fn boot_time() {
+        assert_eq!(
+            parse_boot_time("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(parse_boot_time("cpu  1 2 3\n"), None);
+        assert_eq!(parse_boot_time("btime x\n"), None);
     }
 
     #[test]

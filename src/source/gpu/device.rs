@@ -11,18 +11,18 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::enums::gpm::GpmMetricId;
-use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
-use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, GpmSample, Nvml};
 
+use super::raw::{gpu_instance_id, nvlink_bytes, remapped_rows};
 use super::{error_reason, summary};
 use crate::snapshot::{
     GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, MigDevice, NvLinkState,
-    RemappedRows,
 };
 
-/// Every feature the source asks NVML for, as exported in `gpu_feature_supported`.
-pub const FEATURES: [&str; 36] = [
+/// Every feature the source asks NVML for: the values of `gpu_feature_supported`'s `feature`
+/// label (docs/metrics.md lists them).
+const FEATURES: [&str; 37] = [
     "name",
     "pci_info",
     "numa_node",
@@ -52,6 +52,7 @@ pub const FEATURES: [&str; 36] = [
     "pcie_replays",
     "ecc",
     "processes",
+    "graphics_processes",
     "process_utilization",
     "violation_time",
     "remapped_rows",
@@ -205,6 +206,7 @@ fn ask<T>(
     feature: &'static str,
     call: impl FnOnce() -> Result<T, NvmlError>,
 ) -> Result<Option<T>, Lost> {
+    debug_assert!(FEATURES.contains(&feature), "{feature} is not in FEATURES");
     if memo.unsupported.contains(feature) {
         return Ok(None);
     }
@@ -388,31 +390,8 @@ fn read_device(
     Ok(())
 }
 
-/// Field ids of nvml.h: NVLink data counters (per link, in KiB) and row remapping.
-const FI_NVLINK_THROUGHPUT_DATA_TX: u32 = 138;
-const FI_NVLINK_THROUGHPUT_DATA_RX: u32 = 139;
-const FI_REMAPPED_ROWS: [u32; 4] = [142, 143, 144, 145];
-
 /// NVML has at most this many NVLink links per GPU (NVML_NVLINK_MAX_LINKS).
 const NVLINK_MAX_LINKS: u32 = 18;
-
-fn remapped_rows(device: &Device) -> Result<RemappedRows, NvmlError> {
-    let ids = FI_REMAPPED_ROWS.map(FieldId);
-    let mut values = [0u64; 4];
-    for (slot, sample) in values.iter_mut().zip(device.field_values_for(&ids)?) {
-        *slot = match sample?.value? {
-            SampleValue::U64(v) => v,
-            SampleValue::U32(v) => u64::from(v),
-            _ => return Err(NvmlError::UnexpectedVariant(0)),
-        };
-    }
-    Ok(RemappedRows {
-        correctable: values[0],
-        uncorrectable: values[1],
-        pending: values[2] != 0,
-        failed: values[3] != 0,
-    })
-}
 
 fn read_nvlink(
     nvml: &Nvml,
@@ -453,40 +432,6 @@ fn read_nvlink(
     }))
 }
 
-/// Data bytes (sent, received) over `links`, summed. These fields are per link (scope id =
-/// link index), which nvml-wrapper's field-value call cannot express, so this calls
-/// nvmlDeviceGetFieldValues directly.
-fn nvlink_bytes(nvml: &Nvml, device: &Device, links: &[u32]) -> Result<(u64, u64), NvmlError> {
-    use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
-    let sym = nvml_sym(nvml.lib().nvmlDeviceGetFieldValues.as_ref())?;
-    let mut values: Vec<nvmlFieldValue_t> = links
-        .iter()
-        .flat_map(|&link| {
-            [FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX].map(|field| {
-                // SAFETY: a plain C struct for which all zeroes is a valid value.
-                let mut value: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
-                value.fieldId = field;
-                value.scopeId = link;
-                value
-            })
-        })
-        .collect();
-    // SAFETY: the handle is valid while `device` lives, and `values` holds exactly the
-    // number of initialised entries we pass.
-    nvml_try(unsafe { sym(device.handle(), values.len() as i32, values.as_mut_ptr()) })?;
-    let (mut tx, mut rx) = (0u64, 0u64);
-    for value in &values {
-        nvml_try(value.nvmlReturn)?;
-        // SAFETY: NVML reports these counters as unsigned long long.
-        let kib = unsafe { value.value.ullVal };
-        match value.fieldId {
-            FI_NVLINK_THROUGHPUT_DATA_TX => tx = tx.saturating_add(kib),
-            _ => rx = rx.saturating_add(kib),
-        }
-    }
-    Ok((tx.saturating_mul(1024), rx.saturating_mul(1024)))
-}
-
 /// The MIG devices of a GPU in MIG mode. NVML gives each one's UUID, memory and (through
 /// GPM on Hopper and newer) SM activity; it gives no utilization rates, clocks, power or
 /// per-process samples per MIG device, so those stay per physical GPU.
@@ -524,15 +469,6 @@ fn read_mig_devices(
         });
     }
     Ok(found)
-}
-
-/// The GPU instance id of a MIG device (not wrapped by nvml-wrapper).
-fn gpu_instance_id(nvml: &Nvml, mig: &Device) -> Result<u32, NvmlError> {
-    let sym = nvml_sym(nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref())?;
-    let mut id = 0;
-    // SAFETY: the handle is valid while `mig` lives and `id` is a valid out-pointer.
-    nvml_try(unsafe { sym(mig.handle(), &mut id) })?;
-    Ok(id)
 }
 
 /// SM activity of one GPU instance between this tick's GPM sample and the previous one.

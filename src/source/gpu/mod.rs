@@ -7,11 +7,11 @@
 //! on a thread of its own (`worker`), XID events are awaited on another (`xid`).
 
 mod device;
+mod raw;
 pub mod summary;
 mod worker;
 mod xid;
 
-pub use device::FEATURES;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;

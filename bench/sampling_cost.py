@@ -10,9 +10,9 @@ processes on eight fake GPUs (the workspace's fake NVML library):
   idle      each a single-threaded shell with 8 sleeping children (the old stand-in).
 Then, one target at a time, it runs each exporter for --seconds at a 1 s collection interval
 with one scrape every 15 s (Prometheus' default), and reports its CPU as a share of one core,
-its peak RSS and the scraped page's size and series. For this exporter it also scrapes the
-self-metrics every second in between (a pre-rendered page: ~0.1 ms of CPU each) to report the
-per-source duration of every tick.
+its peak RSS and the scraped page's size and series. This exporter then runs once more for
+--seconds, scraped every second, to report the per-source duration of every tick (kept out of
+the CPU figure: every scrape of a new snapshot renders the page).
 
 Peers, each measured only where installed (bench/run.sh installs them):
   all-smi          `all-smi api` (crates.io); it looks for NVML only when `nvidia-smi -L` lists
@@ -99,7 +99,7 @@ def peers(work, library):
     link = os.path.join(nvml_dir, "libnvidia-ml.so.1")
     if not os.path.exists(link):
         os.symlink(library, link)
-    all_smi = shutil.which("all-smi") or ("/opt/peers/bin/all-smi" if os.path.exists("/opt/peers/bin/all-smi") else None)
+    all_smi = shutil.which("all-smi")
     if all_smi:
         bindir = os.path.join(work, "bin")
         os.makedirs(bindir, exist_ok=True)
@@ -108,7 +108,7 @@ def peers(work, library):
             f.write("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: NVIDIA H100 (UUID: GPU-$i)\"; done\n")
         os.chmod(stand_in, 0o755)
         env = {"PATH": bindir + ":" + os.environ["PATH"], "LD_LIBRARY_PATH": nvml_dir}
-        found.append(("all-smi", lambda port: [all_smi, "api", "--port", str(port), "--interval", "1"], env, "/metrics"))
+        found.append(("all-smi", lambda port: [all_smi, "api", "--port", str(port), "--interval", "1", "--processes"], env, "/metrics"))
     nvitop = shutil.which("nvitop-exporter")
     if nvitop:
         found.append(("nvitop-exporter", lambda port: [nvitop, "--bind-address", "127.0.0.1", "--port", str(port), "--interval", "1.0"],
@@ -119,7 +119,7 @@ def peers(work, library):
     return found
 
 
-def measure(name, command, env, path, seconds, own):
+def measure(name, command, env, path, seconds, durations_only=False):
     port = free_port()
     process = subprocess.Popen(command(port), env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}{path}"
@@ -135,10 +135,10 @@ def measure(name, command, env, path, seconds, own):
         end = wall_before + seconds
         while time.monotonic() < end:
             now = time.monotonic()
-            if now >= next_scrape:
+            if now >= next_scrape and not durations_only:
                 page = get(url)
                 next_scrape += SCRAPE_EVERY
-            if own:
+            if durations_only:
                 self_page = get(url)
                 tick = re.search(r"^gpu_exporter_samples_total (\S+)$", self_page, re.M).group(1)
                 if tick != last_tick:
@@ -192,11 +192,12 @@ def main():
                 processes = len([p for p in os.listdir("/proc") if p.isdigit()])
                 for name, command, env, path in targets:
                     env = dict(env, FAKE_NVML_SCENARIO=scenario)
-                    result = measure(name, command, env, path, args.seconds, own=(name == "gpu-bottleneck-exporter"))
+                    result = measure(name, command, env, path, args.seconds)
                     result.update(shape=shape, threads=threads, processes=processes)
                     rows.append(result)
-                    if result.get("durations"):
-                        tick_tables.append((shape, result["durations"]))
+                    if name == "gpu-bottleneck-exporter":
+                        timed = measure(name, command, env, path, args.seconds, durations_only=True)
+                        tick_tables.append((shape, timed.get("durations", {})))
             finally:
                 for rank in ranks:
                     try:

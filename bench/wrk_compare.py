@@ -39,11 +39,19 @@ def wait_for(url, name):
             time.sleep(0.2)
 
 
-def wrk(url, connections, seconds):
+# What Prometheus sends when it scrapes (2.x and 3.x): OpenMetrics preferred, gzip accepted.
+PROMETHEUS_HEADERS = [
+    "Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding: gzip",
+]
+
+
+def wrk(url, connections, seconds, headers=()):
     """Requests, requests per second, p50 and p99 in ms, and errors of one wrk run."""
     threads = min(connections, 2)
+    extra = [arg for header in headers for arg in ("-H", header)]
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *extra, url],
         capture_output=True, text=True, check=True,
     ).stdout
 
@@ -102,17 +110,29 @@ def main():
         series = len(re.findall(r'^gpu_process_memory_used_bytes\{', page, re.M))
         print(f"exporter page: 8 fake GPUs, {series} GPU-process series, {sizes[targets[0][0]] / 1024:.1f} KiB; "
               f"node_exporter page {sizes[targets[1][0]] / 1024:.1f} KiB; wrk {args.seconds} s per cell")
+        request = urllib.request.Request(targets[0][1], headers=dict(h.split(": ", 1) for h in PROMETHEUS_HEADERS))
+        compressed = len(urllib.request.urlopen(request).read())
+        print(f"exporter page as Prometheus fetches it (OpenMetrics, gzip): {compressed / 1024:.1f} KiB")
         rows = []
-        for connections in (1, 64):
+        cells = [(1, ()), (64, ())]
+        for connections, headers in cells:
             for name, url, process in targets:
                 cpu_before = cpu_seconds(process.pid)
-                requests, rate, p50, p99, problems = wrk(url, connections, args.seconds)
+                requests, rate, p50, p99, problems = wrk(url, connections, args.seconds, headers)
                 cpu = (cpu_seconds(process.pid) - cpu_before) / requests * 1000
                 rows.append((name, connections, p50, p99, rate, cpu, problems))
-        print(f"{'target':<26}{'conns':>6}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>10}{'CPU s/1k':>10}{'peak RSS MiB':>14}")
+        # Prometheus' own headers, and past the connection cap (256 by default): 512 connections.
+        for label, connections, headers in (("gzip, Prometheus' headers", 1, PROMETHEUS_HEADERS),
+                                            ("512 conns past a cap of 256", 512, ())):
+            name, url, process = targets[0]
+            cpu_before = cpu_seconds(process.pid)
+            requests, rate, p50, p99, problems = wrk(url, connections, args.seconds, headers)
+            cpu = (cpu_seconds(process.pid) - cpu_before) / requests * 1000
+            rows.append((f"{name} ({label})", connections, p50, p99, rate, cpu, problems))
+        print(f"{'target':<60}{'conns':>6}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>10}{'CPU s/1k':>10}{'peak RSS MiB':>14}")
         for name, connections, p50, p99, rate, cpu, problems in rows:
-            process = next(p for n, _, p in targets if n == name)
-            print(f"{name:<26}{connections:>6}{p50:>9.3f}{p99:>9.3f}{rate:>10.0f}{cpu:>10.3f}{memory_mib(process.pid, 'VmHWM'):>14.1f}"
+            process = next(p for n, _, p in targets if name.startswith(n))
+            print(f"{name:<60}{connections:>6}{p50:>9.3f}{p99:>9.3f}{rate:>10.0f}{cpu:>10.3f}{memory_mib(process.pid, 'VmHWM'):>14.1f}"
                   + (f"  {problems}" if problems else ""))
         for connections in (1, 64):
             ours_row = next(r for r in rows if r[0] == targets[0][0] and r[1] == connections)

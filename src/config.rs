@@ -328,8 +328,9 @@ pub struct ProcessSource {
     pub discovery_interval: ConfigDuration,
     /// How often every thread of each GPU process is read, for the busiest thread's share of
     /// a core and the NUMA nodes the threads run on. Training ranks carry 100-200 threads, so
-    /// reading them every tick would make the tick's cost grow with the thread count; the
-    /// busiest-thread figure describes the span between two such passes.
+    /// reading them every tick would make the tick's cost grow with the thread count; the main
+    /// thread (the one a host-bound loop pins) is still read every tick, and the figure is the
+    /// larger of its share over the tick and the busiest thread's between two passes.
     pub thread_interval: ConfigDuration,
 }
 
@@ -338,7 +339,7 @@ impl Default for ProcessSource {
         ProcessSource {
             enabled: true,
             discovery_interval: ConfigDuration(Duration::from_secs(5)),
-            thread_interval: ConfigDuration(Duration::from_secs(5)),
+            thread_interval: ConfigDuration(Duration::from_secs(15)),
         }
     }
 }

@@ -12,7 +12,6 @@ pub mod summary;
 mod worker;
 mod xid;
 
-
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::PathBuf;

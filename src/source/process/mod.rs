@@ -12,14 +12,16 @@
 pub mod cgroup;
 mod cgroups;
 pub mod procfs;
+mod tree;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use self::cgroups::CgroupReader;
 use self::procfs::Stat;
+use self::tree::TreeFinder;
 use super::host::cpu::USER_HZ;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::ProcessSource as ProcessConfig;
@@ -58,13 +60,6 @@ struct Ticks {
     read_bytes: Option<u64>,
 }
 
-/// The known descendants of a GPU process.
-struct Tree {
-    starttime: u64,
-    descendants: Vec<u32>,
-    discovered_at: Duration,
-}
-
 /// What the last pass over a GPU process's threads found.
 struct ThreadPass {
     at: Duration,
@@ -79,13 +74,11 @@ struct ThreadPass {
 /// The process-context source.
 pub struct ProcessSource {
     roots: HostRoots,
-    discovery_interval: Duration,
     thread_interval: Duration,
     /// CPU → NUMA node, read once from sysfs.
     cpu_nodes: Option<HashMap<u32, u32>>,
-    /// Whether the kernel has `children` files (`None` until first looked at).
-    children_files: Option<bool>,
-    trees: HashMap<u32, Tree>,
+    /// The descendants (loader workers) of each GPU process.
+    trees: TreeFinder,
     /// Per process (pid, start time): the counters read on the previous tick.
     ticks: HashMap<(u32, u64), Previous<Ticks>>,
     /// Per GPU process (pid, start time): the last pass over its threads.
@@ -101,11 +94,9 @@ impl ProcessSource {
     /// A source reading below the given roots.
     pub fn new(roots: HostRoots, config: ProcessConfig) -> Self {
         ProcessSource {
-            discovery_interval: config.discovery_interval.0,
             thread_interval: config.thread_interval.0,
             cpu_nodes: None,
-            children_files: None,
-            trees: HashMap::new(),
+            trees: TreeFinder::new(&roots.procfs, config.discovery_interval.0),
             ticks: HashMap::new(),
             thread_passes: HashMap::new(),
             io_denied: false,
@@ -149,84 +140,6 @@ impl ProcessSource {
     /// Counter deltas of a task since the previous tick: (seconds elapsed, previous ticks).
     fn since(&self, key: (u32, u64), now: Duration) -> Option<(f64, Ticks)> {
         elapsed_since(self.ticks.get(&key), now).map(|(seconds, ticks)| (seconds, *ticks))
-    }
-
-    /// The descendants of `pid`, rediscovered when due.
-    fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Vec<u32> {
-        if let Some(tree) = self.trees.get(&pid) {
-            let fresh = now.saturating_sub(tree.discovered_at) < self.discovery_interval;
-            if tree.starttime == starttime && fresh {
-                return tree.descendants.clone();
-            }
-        }
-        let descendants = match self.children_files {
-            Some(false) => self.descendants_by_scan(pid),
-            _ => self.descendants_by_children(pid),
-        };
-        self.trees.insert(
-            pid,
-            Tree {
-                starttime,
-                descendants: descendants.clone(),
-                discovered_at: now,
-            },
-        );
-        descendants
-    }
-
-    /// Walks the tree through `/proc/<pid>/task/<tid>/children`: only the tree is visited.
-    fn descendants_by_children(&mut self, root: u32) -> Vec<u32> {
-        let mut found = Vec::new();
-        let mut seen = BTreeSet::from([root]);
-        let mut queue = VecDeque::from([root]);
-        while let Some(pid) = queue.pop_front() {
-            for tid in self.tasks(pid) {
-                let path = self.roots.procfs.join(format!("{pid}/task/{tid}/children"));
-                match read(&path) {
-                    Ok(text) => {
-                        self.children_files = Some(true);
-                        for child in procfs::parse_children(&text).unwrap_or_default() {
-                            if seen.insert(child) {
-                                found.push(child);
-                                queue.push_back(child);
-                            }
-                        }
-                    }
-                    Err(ReadError::Gone)
-                        if self.children_files.is_none()
-                            && self.proc_path(pid, "stat").exists() =>
-                    {
-                        // The process is there but the file is not: no CONFIG_PROC_CHILDREN.
-                        tracing::debug!("kernel has no /proc/<pid>/task/<tid>/children; discovering workers by scanning /proc");
-                        self.children_files = Some(false);
-                        return self.descendants_by_scan(root);
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-        found
-    }
-
-    /// Fallback: one pass over every /proc/<pid>/stat to build the parent map.
-    fn descendants_by_scan(&self, root: u32) -> Vec<u32> {
-        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-        for pid in numeric_entries(&self.roots.procfs) {
-            if let Ok(stat) = self.stat(&self.proc_path(pid, "stat")) {
-                children.entry(stat.ppid).or_default().push(pid);
-            }
-        }
-        let mut found = Vec::new();
-        let mut queue = VecDeque::from([root]);
-        while let Some(pid) = queue.pop_front() {
-            for &child in children.get(&pid).into_iter().flatten() {
-                if child != root && !found.contains(&child) {
-                    found.push(child);
-                    queue.push_back(child);
-                }
-            }
-        }
-        found
     }
 
     fn tasks(&self, pid: u32) -> Vec<u32> {
@@ -282,8 +195,8 @@ impl ProcessSource {
             },
         );
 
-        let (busiest, mut nodes) = self.threads(pid, key, now);
-        let descendants = self.descendants(pid, stat.starttime, now);
+        let (busiest, mut nodes) = self.threads(pid, key, now, fresh);
+        let descendants = self.trees.descendants(pid, stat.starttime, now);
         let workers = self.workers(&descendants, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
         Ok(Some(ProcessContext {
@@ -314,17 +227,42 @@ impl ProcessSource {
         }))
     }
 
-    /// The busiest thread's share of a core and the NUMA nodes the threads last ran on, from
-    /// the latest pass over the process's threads. A pass reads every thread's stat file, so
-    /// it runs every `thread_interval`, not every tick (ranks carry 100-200 threads): the
-    /// figures describe the interval between the last two passes. The second pass follows
-    /// the first on the next tick, so the figure appears without waiting a whole interval.
+    /// The busiest thread's share of a core and the NUMA nodes the threads last ran on.
+    ///
+    /// Ranks carry 100-200 threads, so every thread's stat file is read only every
+    /// `thread_interval` (a pass; the second follows the first on the next tick, so the figure
+    /// appears at once), while the main thread, the one a host-bound Python loop pins, is read
+    /// every tick. The figure is the larger of the main thread's share over the last tick and
+    /// the busiest thread's share between the last two passes.
     fn threads(
         &mut self,
         pid: u32,
         key: (u32, u64),
         now: Duration,
+        fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
     ) -> (Option<f64>, BTreeSet<u32>) {
+        let mut main_share = None;
+        let mut main_node = None;
+        if let Ok(main) = self.stat(&self.roots.procfs.join(format!("{pid}/task/{pid}/stat"))) {
+            main_node = self.numa_node_of(main.processor);
+            // Thread counters are kept beside the processes': key them apart.
+            let main_key = (pid, main.starttime ^ (1 << 63));
+            let ticks = Ticks {
+                cpu: main.utime + main.stime,
+                blkio: 0,
+                read_bytes: None,
+            };
+            main_share = self.since(main_key, now).map(|(seconds, before)| {
+                (ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds).min(1.0)
+            });
+            fresh.insert(
+                main_key,
+                Previous {
+                    at: now,
+                    value: ticks,
+                },
+            );
+        }
         let due = self.thread_passes.get(&key).is_none_or(|pass| {
             pass.busiest.is_none() || now.saturating_sub(pass.at) >= self.thread_interval
         });
@@ -364,7 +302,13 @@ impl ProcessSource {
             );
         }
         let pass = &self.thread_passes[&key];
-        (pass.busiest, pass.nodes.clone())
+        let busiest = match (main_share, pass.busiest) {
+            (Some(main), Some(any)) => Some(main.max(any)),
+            (main, any) => main.or(any),
+        };
+        let mut nodes = pass.nodes.clone();
+        nodes.extend(main_node);
+        (busiest, nodes)
     }
 
     fn workers(
@@ -495,7 +439,7 @@ impl Source for ProcessSource {
         }
         // Whatever was not read this tick is gone: its state goes with it.
         self.ticks = fresh;
-        self.trees.retain(|pid, _| pids.contains(pid));
+        self.trees.retain(&pids);
         self.thread_passes.retain(|(pid, _), _| pids.contains(pid));
         self.cgroups.retain(&pids);
 

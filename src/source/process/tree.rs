@@ -1,0 +1,247 @@
+//! Finding the descendants of each GPU process (its data-loader workers and their children)
+//! without a pass over all of /proc.
+//!
+//! The kernel lists a task's children in `/proc/<pid>/task/<tid>/children`, per thread: a
+//! child forked by a thread other than the leader appears only in that thread's file. A
+//! training rank carries 100-200 threads, so reading every thread's file on every discovery
+//! cost more than the rest of a tick. Workers are forked by the thread that iterates the
+//! DataLoader (the main thread) and torchrun starts its ranks from its main thread, so a
+//! discovery reads the leader thread's file of each process in the tree, and only every
+//! [`FULL_WALK_EVERY`]th discovery reads every thread's file. Descendants a full walk found
+//! under other threads are kept between full walks while their parent is still in the tree.
+//! Kernels without `children` files fall back to one /proc pass per discovery.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{numeric_entries, procfs, read, ReadError};
+
+/// Every this many discoveries, every thread's `children` file is read, not only the leader's.
+pub const FULL_WALK_EVERY: u32 = 6;
+
+/// The known descendants of a GPU process.
+struct Tree {
+    starttime: u64,
+    /// In breadth-first order: a parent before its children.
+    descendants: Vec<u32>,
+    discovered_at: Duration,
+    /// Discoveries since the last walk over every thread.
+    since_full_walk: u32,
+}
+
+/// The descendants of each GPU process, rediscovered every `discovery_interval`.
+pub struct TreeFinder {
+    procfs: PathBuf,
+    discovery_interval: Duration,
+    /// Whether the kernel has `children` files (`None` until first looked at).
+    children_files: Option<bool>,
+    trees: HashMap<u32, Tree>,
+}
+
+impl TreeFinder {
+    /// A finder below the procfs root.
+    pub fn new(procfs: &Path, discovery_interval: Duration) -> Self {
+        TreeFinder {
+            procfs: procfs.to_path_buf(),
+            discovery_interval,
+            children_files: None,
+            trees: HashMap::new(),
+        }
+    }
+
+    /// Forgets the trees of processes not in `live`.
+    pub fn retain(&mut self, live: &BTreeSet<u32>) {
+        self.trees.retain(|pid, _| live.contains(pid));
+    }
+
+    /// The descendants of `pid` (started at `starttime`), rediscovered when due.
+    pub fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Vec<u32> {
+        let same_process = |tree: &&Tree| tree.starttime == starttime;
+        if let Some(tree) = self.trees.get(&pid).filter(same_process) {
+            if now.saturating_sub(tree.discovered_at) < self.discovery_interval {
+                return tree.descendants.clone();
+            }
+        }
+        let known = self.trees.remove(&pid).filter(|tree| same_process(&tree));
+        let full = known
+            .as_ref()
+            .is_none_or(|tree| tree.since_full_walk + 1 >= FULL_WALK_EVERY);
+        let descendants = match self.children_files {
+            Some(false) => self.by_scan(pid),
+            _ if full => self.by_children(pid, true),
+            _ => {
+                let mut found = self.by_children(pid, false);
+                self.keep_known(pid, &mut found, known.as_ref().map(|t| &t.descendants[..]));
+                found
+            }
+        };
+        self.trees.insert(
+            pid,
+            Tree {
+                starttime,
+                descendants: descendants.clone(),
+                discovered_at: now,
+                since_full_walk: if full {
+                    0
+                } else {
+                    known.map_or(0, |t| t.since_full_walk + 1)
+                },
+            },
+        );
+        descendants
+    }
+
+    /// Keeps the previously known descendants a leader-only walk did not see (forked by
+    /// another thread), while each is alive and its parent is still in the tree: a pid reused
+    /// by an unrelated process has another parent.
+    fn keep_known(&self, root: u32, found: &mut Vec<u32>, known: Option<&[u32]>) {
+        let mut in_tree: BTreeSet<u32> = found.iter().copied().collect();
+        in_tree.insert(root);
+        for &pid in known.unwrap_or_default() {
+            if in_tree.contains(&pid) {
+                continue;
+            }
+            let parent = read(&self.procfs.join(format!("{pid}/stat")))
+                .ok()
+                .and_then(|text| procfs::parse_stat(&text).ok())
+                .map(|stat| stat.ppid);
+            if parent.is_some_and(|ppid| in_tree.contains(&ppid)) {
+                in_tree.insert(pid);
+                found.push(pid);
+            }
+        }
+    }
+
+    /// Walks the tree through the `children` files: every thread's when `all_threads`, else
+    /// the leader thread's of each process. Only the tree is visited.
+    fn by_children(&mut self, root: u32, all_threads: bool) -> Vec<u32> {
+        let mut found = Vec::new();
+        let mut seen = BTreeSet::from([root]);
+        let mut queue = VecDeque::from([root]);
+        while let Some(pid) = queue.pop_front() {
+            let threads = if all_threads {
+                numeric_entries(&self.procfs.join(format!("{pid}/task")))
+            } else {
+                vec![pid]
+            };
+            for tid in threads {
+                match read(&self.procfs.join(format!("{pid}/task/{tid}/children"))) {
+                    Ok(text) => {
+                        self.children_files = Some(true);
+                        for child in procfs::parse_children(&text).unwrap_or_default() {
+                            if seen.insert(child) {
+                                found.push(child);
+                                queue.push_back(child);
+                            }
+                        }
+                    }
+                    Err(ReadError::Gone)
+                        if self.children_files.is_none()
+                            && self.procfs.join(format!("{pid}/stat")).exists() =>
+                    {
+                        // The process is there but the file is not: no CONFIG_PROC_CHILDREN.
+                        tracing::debug!("kernel has no /proc/<pid>/task/<tid>/children; discovering workers by scanning /proc");
+                        self.children_files = Some(false);
+                        return self.by_scan(root);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        found
+    }
+
+    /// Fallback: one pass over every /proc/<pid>/stat to build the parent map.
+    fn by_scan(&self, root: u32) -> Vec<u32> {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for pid in numeric_entries(&self.procfs) {
+            let stat = read(&self.procfs.join(format!("{pid}/stat")))
+                .ok()
+                .and_then(|text| procfs::parse_stat(&text).ok());
+            if let Some(stat) = stat {
+                children.entry(stat.ppid).or_default().push(pid);
+            }
+        }
+        let mut found = Vec::new();
+        let mut queue = VecDeque::from([root]);
+        while let Some(pid) = queue.pop_front() {
+            for &child in children.get(&pid).into_iter().flatten() {
+                if child != root && !found.contains(&child) {
+                    found.push(child);
+                    queue.push_back(child);
+                }
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A /proc with a rank (100, threads 100 and 101), a worker 200 forked by the leader and
+    /// a worker 300 forked by thread 101; `third_parent` is 300's parent pid.
+    fn write_proc(root: &Path, third_parent: u32) {
+        // Fields 3 to 42 of proc(5): state, ppid, ..., utime 1, stime 1, threads 1, start 100.
+        let stat = |pid: u32, ppid: u32| {
+            let mut fields = vec!["0"; 40];
+            fields[0] = "S";
+            let ppid = ppid.to_string();
+            fields[1] = &ppid;
+            (fields[11], fields[12], fields[17], fields[19]) = ("1", "1", "1", "100");
+            format!("{pid} (python3) {}\n", fields.join(" "))
+        };
+        let files = [
+            ("100/stat", stat(100, 1)),
+            ("100/task/100/children", "200 ".to_string()),
+            ("100/task/101/children", "300 ".to_string()),
+            ("200/stat", stat(200, 100)),
+            ("200/task/200/children", String::new()),
+            ("300/stat", stat(300, third_parent)),
+            ("300/task/300/children", String::new()),
+        ];
+        for (path, text) in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
+    #[test]
+    fn leader_walks_between_full_walks_keep_workers_of_other_threads() {
+        let root = std::env::temp_dir().join(format!("gbe-tree-{}", std::process::id()));
+        write_proc(&root, 100);
+        let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
+        let at = |n: u64| Duration::from_secs(5 * n);
+        // First discovery: every thread's file.
+        assert_eq!(finder.descendants(100, 100, at(0)), vec![200, 300]);
+        // Within the interval: the same answer, nothing read.
+        assert_eq!(
+            finder.descendants(100, 100, at(0) + Duration::from_secs(1)),
+            vec![200, 300]
+        );
+        // A leader-only walk finds 200; 300 is kept because its parent is still the rank.
+        std::fs::write(root.join("100/task/101/children"), "").unwrap();
+        assert_eq!(finder.descendants(100, 100, at(1)), vec![200, 300]);
+        // 300's pid reused by an unrelated process: dropped.
+        write_proc(&root, 4242);
+        std::fs::write(root.join("100/task/101/children"), "").unwrap();
+        assert_eq!(finder.descendants(100, 100, at(2)), vec![200]);
+        // A worker forked by thread 101 after the last full walk appears at the next one.
+        write_proc(&root, 100);
+        for n in 3..FULL_WALK_EVERY as u64 {
+            assert_eq!(
+                finder.descendants(100, 100, at(n)),
+                vec![200],
+                "discovery {n}"
+            );
+        }
+        assert_eq!(
+            finder.descendants(100, 100, at(FULL_WALK_EVERY as u64)),
+            vec![200, 300]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -24,7 +24,7 @@ import urllib.request
 
 from procstats import cpu_seconds, free_port, memory_mib
 
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
 
 
 def wait_for(url, name):
@@ -56,7 +56,11 @@ def wrk(url, connections, seconds, headers=()):
     ).stdout
 
     def latency(percent):
-        value, unit = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()
+        found = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)$", out, re.M)
+        if not found:
+            print(out, file=sys.stderr)
+            return float("nan")
+        value, unit = found.groups()
         return float(value) * UNITS[unit]
 
     requests = int(re.search(r"^\s+(\d+) requests in", out, re.M).group(1))

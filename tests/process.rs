@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -55,20 +56,47 @@ fn node_with_gpu_process(pid: u32, command: &str) -> Snapshot {
 /// Samples a fixture's t0 and t1 trees one second apart (through `proc` and `sys` symlinks
 /// swapped between ticks) and returns the second snapshot.
 fn sample_fixture(name: &str, pid: u32, command: &str) -> Snapshot {
-    let fixtures = common::repo_root().join("tests/fixtures").join(name);
     let work = TempDir::new(name);
+    let fixtures = common::repo_root().join("tests/fixtures").join(name);
+    sample_twice(work.path(), &fixtures, || {
+        node_with_gpu_process(pid, command)
+    })
+}
+
+/// Samples the `t0` and `t1` trees under `fixtures` one second apart with the default
+/// settings; see [`sample_ticks`].
+fn sample_twice(work: &Path, fixtures: &Path, node: impl Fn() -> Snapshot) -> Snapshot {
+    sample_ticks(
+        work,
+        fixtures,
+        &["t0", "t1"],
+        ProcessConfig::default(),
+        node,
+    )
+}
+
+/// Samples the `trees` under `fixtures` one second apart, through `proc` and `sys` links in
+/// `work` swapped between ticks, on the snapshot `node` makes for each tick; returns the last
+/// snapshot.
+fn sample_ticks(
+    work: &Path,
+    fixtures: &Path,
+    trees: &[&str],
+    config: ProcessConfig,
+    node: impl Fn() -> Snapshot,
+) -> Snapshot {
     let roots = HostRoots {
-        procfs: work.path().join("proc"),
-        sysfs: work.path().join("sys"),
+        procfs: work.join("proc"),
+        sysfs: work.join("sys"),
     };
-    let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
+    let mut source = ProcessSource::new(roots.clone(), config);
     let mut snapshot = Snapshot::default();
-    for (second, tree) in ["t0", "t1"].iter().enumerate() {
+    for (second, tree) in trees.iter().enumerate() {
         for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
             let _ = std::fs::remove_file(link);
             std::os::unix::fs::symlink(fixtures.join(tree).join(dir), link).unwrap();
         }
-        snapshot = node_with_gpu_process(pid, command);
+        snapshot = node();
         source
             .sample(&mut snapshot, Duration::from_secs(second as u64))
             .unwrap();
@@ -187,19 +215,8 @@ fn every_gpu_process_of_one_cgroup_gets_its_throttling_and_pressure() {
             .unwrap();
         }
     }
-    let roots = HostRoots {
-        procfs: work.path().join("proc"),
-        sysfs: work.path().join("sys"),
-    };
-    let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
-    let mut snapshot = Snapshot::default();
-    for (second, tree) in ["t0", "t1"].iter().enumerate() {
-        for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
-            let _ = std::fs::remove_file(link);
-            std::os::unix::fs::symlink(work.path().join("tree").join(tree).join(dir), link)
-                .unwrap();
-        }
-        snapshot = node_with_gpu_process(1000, "python3");
+    let snapshot = sample_twice(work.path(), &work.path().join("tree"), || {
+        let mut snapshot = node_with_gpu_process(1000, "python3");
         let gpu = snapshot.gpu.as_mut().unwrap();
         let template = gpu.devices[0].clone();
         gpu.devices = ranks
@@ -213,10 +230,8 @@ fn every_gpu_process_of_one_cgroup_gets_its_throttling_and_pressure() {
                 device
             })
             .collect();
-        source
-            .sample(&mut snapshot, Duration::from_secs(second as u64))
-            .unwrap();
-    }
+        snapshot
+    });
     assert_eq!(snapshot.processes.len(), ranks.len());
     for c in &snapshot.processes {
         let g = c.cgroup.as_ref().unwrap();
@@ -277,23 +292,9 @@ fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
     let snapshot = std::thread::spawn(move || {
         let dropped = unsafe { libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) };
         assert_eq!(dropped, 0, "setresuid on this thread");
-        let roots = HostRoots {
-            procfs: root.join("proc"),
-            sysfs: root.join("sys"),
-        };
-        let mut source = ProcessSource::new(roots.clone(), ProcessConfig::default());
-        let mut snapshot = Snapshot::default();
-        for (second, t) in ["t0", "t1"].iter().enumerate() {
-            for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
-                let _ = std::fs::remove_file(link);
-                std::os::unix::fs::symlink(root.join("tree").join(t).join(dir), link).unwrap();
-            }
-            snapshot = node_with_gpu_process(1000, "python3");
-            source
-                .sample(&mut snapshot, Duration::from_secs(second as u64))
-                .unwrap();
-        }
-        snapshot
+        sample_twice(&root, &root.join("tree"), || {
+            node_with_gpu_process(1000, "python3")
+        })
     })
     .join()
     .unwrap();
@@ -313,6 +314,49 @@ fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
         ),
         Some(0.0)
     );
+}
+
+/// The busiest thread: the main thread every tick, every thread every `thread_interval`. A
+/// third tick in which the main thread idles and thread 1001 burns 0.9 of a core: read with a
+/// 1 s thread interval the pass finds 1001; with the default 15 s the figure still holds the
+/// last pass's busiest (the main thread's 0.98 between t0 and t1) until the next pass.
+#[test]
+fn the_busiest_thread_is_the_main_thread_every_tick_and_any_thread_every_pass() {
+    let work = TempDir::new("threads");
+    let tree = work.path().join("tree");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::repo_root().join("tests/fixtures/process-v2"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(tree.join("t1"))
+        .arg(tree.join("t2"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // utime is field 14: advance the main thread by 10 ticks and thread 1001 by 90.
+    for (thread, ticks) in [(1000, 10), (1001, 90)] {
+        let path = tree.join(format!("t2/proc/1000/task/{thread}/stat"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let close = text.rfind(')').unwrap();
+        let mut fields: Vec<String> = text[close + 2..].split(' ').map(String::from).collect();
+        fields[11] = (fields[11].parse::<u64>().unwrap() + ticks).to_string();
+        std::fs::write(&path, format!("{}{}", &text[..close + 2], fields.join(" "))).unwrap();
+    }
+    let busiest_at_t2 = |thread_interval: &str| {
+        let config: ProcessConfig =
+            serde_saphyr::from_str(&format!("thread_interval: {thread_interval}")).unwrap();
+        let snapshot = sample_ticks(work.path(), &tree, &["t0", "t1", "t2"], config, || {
+            node_with_gpu_process(1000, "python3")
+        });
+        context(&snapshot).busiest_thread_ratio
+    };
+    common::assert_close(busiest_at_t2("1s"), 0.9);
+    common::assert_close(busiest_at_t2("15s"), 0.98);
 }
 
 #[test]

@@ -135,16 +135,6 @@ impl Exposition {
         cell.get_or_init(|| Page::new(encode(&self.families, format)))
     }
 
-    /// Whether the body of this format (and encoding) is ready, so answering costs no more
-    /// than copying it out; otherwise the first request renders (and compresses) it.
-    pub fn is_rendered(&self, format: Format, gzip: bool) -> bool {
-        let cell = match format {
-            Format::Text => &self.text,
-            Format::OpenMetrics => &self.openmetrics,
-        };
-        cell.get().is_some_and(|page| !gzip || page.has_gzip())
-    }
-
     /// The full response body at time `now`: the page plus the sample age and HTTP counters
     /// (and OpenMetrics' closing `# EOF`).
     pub fn body(&self, format: Format, now: Instant, http: &HttpCounters) -> Vec<u8> {

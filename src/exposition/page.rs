@@ -43,11 +43,6 @@ impl Page {
         }
     }
 
-    /// Whether the gzip form has been made already.
-    pub fn has_gzip(&self) -> bool {
-        self.deflated.get().is_some()
-    }
-
     /// The gzip body of the page followed by `tail`, as two parts to send in order: the first
     /// is shared by every scrape of this page, the second is made for this one.
     pub fn gzip_with(&self, tail: &[u8]) -> [Bytes; 2] {

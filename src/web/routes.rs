@@ -47,24 +47,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     };
     let format = negotiate_format(header_text(&headers, header::ACCEPT));
     let gzip = accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING));
-    let (now, counters) = (Instant::now(), state.http.counters());
-    // The first scrape of a snapshot renders (and compresses) its page: a few milliseconds on
-    // a big node, done off the one async thread so probes and other scrapes are not held up.
-    let parts = if exposition.is_rendered(format, gzip) {
-        exposition.body_parts(format, now, &counters, gzip)
-    } else {
-        let rendering = exposition.clone();
-        match tokio::task::spawn_blocking(move || {
-            rendering.body_parts(format, now, &counters, gzip)
-        })
-        .await
-        {
-            Ok(parts) => parts,
-            Err(_) => {
-                return (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response()
-            }
-        }
-    };
+    let parts = exposition.body_parts(format, Instant::now(), &state.http.counters(), gzip);
     let mut response_headers = HeaderMap::new();
     response_headers.insert(
         header::CONTENT_TYPE,

@@ -47,6 +47,8 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     };
     let format = negotiate_format(header_text(&headers, header::ACCEPT));
     let gzip = accepts_gzip(header_text(&headers, header::ACCEPT_ENCODING));
+    // The first scrape of a snapshot renders (and compresses) its page, once; on a blocking
+    // pool it would cost a thread and a malloc arena per concurrent scrape for no gain.
     let parts = exposition.body_parts(format, Instant::now(), &state.http.counters(), gzip);
     let mut response_headers = HeaderMap::new();
     response_headers.insert(

@@ -28,7 +28,7 @@ pub struct Snapshot {
     /// Whether the kernel's delay accounting is on (`None`: not known).
     pub delay_accounting: Option<bool>,
     /// Per GPU, why it waits (filled by the analysis after the sources).
-    pub verdicts: Vec<crate::analysis::GpuVerdict>,
+    pub verdicts: Vec<crate::verdict::GpuVerdict>,
     /// How each enabled source fared on this tick, in configuration order.
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.

@@ -10,7 +10,7 @@
 //! "at threshold". A condition whose input is missing makes its rule unknown (`None`), never 0.
 
 use super::observation::{mean, share, GpuObservation};
-use super::{Evidence, Kind, KindScore};
+use super::{Evidence, Kind, KindScore, Sharing, WindowFigures};
 use crate::config::Analysis as Thresholds;
 
 /// How strongly `value` exceeds `threshold` ("high is bad").
@@ -41,75 +41,6 @@ pub fn low(value: f64, threshold: f64) -> f64 {
         return 1.0;
     }
     (0.5 * (1.0 - value) / (1.0 - threshold)).clamp(0.0, 1.0)
-}
-
-/// The window of one GPU, averaged: what the rules read.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WindowFigures {
-    /// Whether the GPU answered on every tick of the window.
-    pub up: bool,
-    /// Mean busy fraction.
-    pub busy: Option<f64>,
-    /// Mean share of near-zero utilization samples.
-    pub idle_share: Option<f64>,
-    /// Mean GPM SM activity.
-    pub sm_activity: Option<f64>,
-    /// Mean device memory used share.
-    pub memory_used_ratio: Option<f64>,
-    /// Share of ticks with a limiting throttle reason.
-    pub throttled_share: Option<f64>,
-    /// Mean degrees below the slowdown temperature.
-    pub thermal_margin: Option<f64>,
-    /// Increase of XID and uncorrected ECC errors over the window.
-    pub new_hardware_errors: Option<u64>,
-    /// A row remap is pending or failed (latest tick).
-    pub remap_trouble: bool,
-    /// Share of its maximum bandwidth the PCIe link trained at (latest tick).
-    pub pcie_bandwidth_share: Option<f64>,
-    /// Mean processes on the GPU.
-    pub processes: Option<f64>,
-    /// Who shares the GPU.
-    pub sharing: Option<Sharing>,
-    /// Mean share of a core used by the main process's busiest thread.
-    pub busiest_thread: Option<f64>,
-    /// Mean number of loader workers.
-    pub workers: Option<f64>,
-    /// Mean share of a core used by the busiest worker.
-    pub workers_max_cpu: Option<f64>,
-    /// Mean workers in uninterruptible (I/O) wait.
-    pub workers_disk_wait: Option<f64>,
-    /// Mean number of workers waiting for block I/O.
-    pub workers_blkio: Option<f64>,
-    /// Mean cgroup throttled-period share.
-    pub cgroup_throttled: Option<f64>,
-    /// Share of ticks with threads on another NUMA node than the GPU.
-    pub numa_mismatch_share: Option<f64>,
-    /// Mean utilization of the busiest disk.
-    pub disk_util: Option<f64>,
-    /// Mean host iowait share.
-    pub iowait: Option<f64>,
-    /// Mean host PSI io "some" share.
-    pub psi_io: Option<f64>,
-    /// Mean host CPU busy share.
-    pub host_cpu: Option<f64>,
-    /// Mean host CPU share used outside the GPU process trees.
-    pub other_cpu: Option<f64>,
-    /// Mean hypervisor steal share.
-    pub steal: Option<f64>,
-    /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
-    pub job_gap: Option<f64>,
-}
-
-/// Who shares a GPU.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sharing {
-    /// Mean processes on the GPU over the window.
-    pub processes: f64,
-    /// Independent jobs among them on the latest tick; `None` when the owner of some process
-    /// is unknown.
-    pub independent_jobs: Option<u32>,
-    /// The processes outside the main process's job on the latest tick, described.
-    pub others: Vec<String>,
 }
 
 /// Averages one GPU's observations (oldest first) over the window.

@@ -1,0 +1,205 @@
+//! What the analysis concludes, as plain data: per GPU and bottleneck kind a score, its
+//! evidence and whether it is active, the primary verdict, and the window figures behind them.
+//! It sits beside the snapshot (which carries the verdicts of its tick) so that the data model
+//! depends on no stage; `analysis` computes these values, `exposition` and `report` show them.
+
+/// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Storage cannot feed the input pipeline.
+    DataIo,
+    /// CPU preprocessing is too slow.
+    DataCpu,
+    /// The main training thread is the bottleneck.
+    HostBound,
+    /// CPU-GPU synchronisation serialises the pipeline.
+    SyncStall,
+    /// Busy-looking GPU with mostly empty SMs.
+    KernelEfficiency,
+    /// Device memory near full.
+    MemoryPressure,
+    /// Waiting on the other GPUs of the job or on links.
+    Communication,
+    /// Someone else takes the resources.
+    Contention,
+    /// Clocks held down.
+    Throttling,
+    /// The device is failing.
+    Hardware,
+}
+
+impl Kind {
+    /// Every kind, in report order.
+    pub const ALL: [Kind; 10] = [
+        Kind::DataIo,
+        Kind::DataCpu,
+        Kind::HostBound,
+        Kind::SyncStall,
+        Kind::KernelEfficiency,
+        Kind::MemoryPressure,
+        Kind::Communication,
+        Kind::Contention,
+        Kind::Throttling,
+        Kind::Hardware,
+    ];
+
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::DataIo => "data_io",
+            Kind::DataCpu => "data_cpu",
+            Kind::HostBound => "host_bound",
+            Kind::SyncStall => "sync_stall",
+            Kind::KernelEfficiency => "kernel_efficiency",
+            Kind::MemoryPressure => "memory_pressure",
+            Kind::Communication => "communication",
+            Kind::Contention => "contention",
+            Kind::Throttling => "throttling",
+            Kind::Hardware => "hardware",
+        }
+    }
+}
+
+/// One input of a rule: its window value, the threshold and how strongly it counted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evidence {
+    /// Input name.
+    pub name: &'static str,
+    /// Window value.
+    pub value: f64,
+    /// Threshold it is compared with.
+    pub threshold: f64,
+    /// Strength in 0..1 (0.5 at the threshold).
+    pub strength: f64,
+    /// What a categorical fact names (e.g. the other processes on the GPU); empty otherwise.
+    pub detail: String,
+}
+
+/// A kind's score over the current window, before hysteresis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindScore {
+    /// The kind.
+    pub kind: Kind,
+    /// 0..1, or `None` when an input the rule needs is missing (unknown, never guessed).
+    pub score: Option<f64>,
+    /// The inputs that decided it.
+    pub evidence: Vec<Evidence>,
+}
+
+/// What the analysis says about one kind on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindVerdict {
+    /// The score and its evidence.
+    pub scored: KindScore,
+    /// Active after hysteresis.
+    pub active: bool,
+}
+
+/// The primary verdict of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primary {
+    /// No process on the GPU.
+    Idle,
+    /// Compute-bound, nothing to fix on the node.
+    Busy,
+    /// The highest-scoring active bottleneck.
+    Bottleneck(Kind),
+    /// Neither: waiting without a recognised cause, or too little data yet.
+    Undetermined,
+}
+
+impl Primary {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primary::Idle => "idle",
+            Primary::Busy => "busy",
+            Primary::Bottleneck(kind) => kind.name(),
+            Primary::Undetermined => "undetermined",
+        }
+    }
+}
+
+/// All verdicts of one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuVerdict {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Every kind, in `Kind::ALL` order.
+    pub kinds: Vec<KindVerdict>,
+    /// The primary verdict.
+    pub primary: Primary,
+    /// The window averages behind the verdicts.
+    pub figures: WindowFigures,
+}
+
+/// The window of one GPU, averaged: what the rules read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowFigures {
+    /// Whether the GPU answered on every tick of the window.
+    pub up: bool,
+    /// Mean busy fraction.
+    pub busy: Option<f64>,
+    /// Mean share of near-zero utilization samples.
+    pub idle_share: Option<f64>,
+    /// Mean GPM SM activity.
+    pub sm_activity: Option<f64>,
+    /// Mean device memory used share.
+    pub memory_used_ratio: Option<f64>,
+    /// Share of ticks with a limiting throttle reason.
+    pub throttled_share: Option<f64>,
+    /// Mean degrees below the slowdown temperature.
+    pub thermal_margin: Option<f64>,
+    /// Increase of XID and uncorrected ECC errors over the window.
+    pub new_hardware_errors: Option<u64>,
+    /// A row remap is pending or failed (latest tick).
+    pub remap_trouble: bool,
+    /// Share of its maximum bandwidth the PCIe link trained at (latest tick).
+    pub pcie_bandwidth_share: Option<f64>,
+    /// Mean processes on the GPU.
+    pub processes: Option<f64>,
+    /// Who shares the GPU.
+    pub sharing: Option<Sharing>,
+    /// Mean share of a core used by the main process's busiest thread.
+    pub busiest_thread: Option<f64>,
+    /// Mean number of loader workers.
+    pub workers: Option<f64>,
+    /// Mean share of a core used by the busiest worker.
+    pub workers_max_cpu: Option<f64>,
+    /// Mean workers in uninterruptible (I/O) wait.
+    pub workers_disk_wait: Option<f64>,
+    /// Mean number of workers waiting for block I/O.
+    pub workers_blkio: Option<f64>,
+    /// Mean cgroup throttled-period share.
+    pub cgroup_throttled: Option<f64>,
+    /// Share of ticks with threads on another NUMA node than the GPU.
+    pub numa_mismatch_share: Option<f64>,
+    /// Mean utilization of the busiest disk.
+    pub disk_util: Option<f64>,
+    /// Mean host iowait share.
+    pub iowait: Option<f64>,
+    /// Mean host PSI io "some" share.
+    pub psi_io: Option<f64>,
+    /// Mean host CPU busy share.
+    pub host_cpu: Option<f64>,
+    /// Mean host CPU share used outside the GPU process trees.
+    pub other_cpu: Option<f64>,
+    /// Mean hypervisor steal share.
+    pub steal: Option<f64>,
+    /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
+    pub job_gap: Option<f64>,
+}
+
+/// Who shares a GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sharing {
+    /// Mean processes on the GPU over the window.
+    pub processes: f64,
+    /// Independent jobs among them on the latest tick; `None` when the owner of some process
+    /// is unknown.
+    pub independent_jobs: Option<u32>,
+    /// The processes outside the main process's job on the latest tick, described.
+    pub others: Vec<String>,
+}

@@ -104,6 +104,22 @@ fn sample_ticks(
     snapshot
 }
 
+/// Copies a fixture tree (`cp -r`), for a test that changes it.
+fn copy_tree(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cp -r {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
 fn context(snapshot: &Snapshot) -> &ProcessContext {
     snapshot
         .processes
@@ -195,15 +211,11 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
 /// same cgroup and every one of them gets them (not only the first read in a tick).
 #[test]
 fn every_gpu_process_of_one_cgroup_gets_its_throttling_and_pressure() {
-    let fixtures = common::repo_root().join("tests/fixtures/process-v2");
     let work = TempDir::new("one-cgroup");
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(&fixtures)
-        .arg(work.path().join("tree"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    copy_tree(
+        &common::repo_root().join("tests/fixtures/process-v2"),
+        &work.path().join("tree"),
+    );
     let ranks = [1000, 1010, 1011, 1012];
     for tree in ["t0", "t1"] {
         let proc = work.path().join("tree").join(tree).join("proc");
@@ -274,13 +286,10 @@ fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
     }
     let work = TempDir::new("unprivileged");
     let tree = work.path().join("tree");
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(common::repo_root().join("tests/fixtures/process-v2"))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    copy_tree(
+        &common::repo_root().join("tests/fixtures/process-v2"),
+        &tree,
+    );
     use std::os::unix::fs::PermissionsExt;
     for t in ["t0", "t1"] {
         let io = tree.join(t).join("proc/1000/io");
@@ -324,20 +333,11 @@ fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
 fn the_busiest_thread_is_the_main_thread_every_tick_and_any_thread_every_pass() {
     let work = TempDir::new("threads");
     let tree = work.path().join("tree");
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(common::repo_root().join("tests/fixtures/process-v2"))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(tree.join("t1"))
-        .arg(tree.join("t2"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    copy_tree(
+        &common::repo_root().join("tests/fixtures/process-v2"),
+        &tree,
+    );
+    copy_tree(&tree.join("t1"), &tree.join("t2"));
     // utime is field 14: advance the main thread by 10 ticks and thread 1001 by 90.
     for (thread, ticks) in [(1000, 10), (1001, 90)] {
         let path = tree.join(format!("t2/proc/1000/task/{thread}/stat"));

@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use self::observation::{observe, GpuObservation};
 use self::rules::{score_all, window_figures};
+use crate::config::Analysis as Thresholds;
+use crate::snapshot::Snapshot;
 pub use crate::verdict::{
     Evidence, GpuVerdict, Kind, KindScore, KindVerdict, Primary, Sharing, WindowFigures,
 };
-use crate::config::Analysis as Thresholds;
-use crate::snapshot::Snapshot;
 
 /// Hysteresis state of one kind on one GPU.
 #[derive(Debug, Clone, Copy, Default)]

@@ -54,26 +54,21 @@ impl Metrics {
     /// Whether a family is served; `name` is the family name and `sample_name` the name its
     /// samples carry (with `_total` or `_info`), so either spelling selects it.
     pub fn serves(&self, name: &str, sample_name: &str) -> bool {
-        let matches = |p: &FamilyPattern| p.0.is_match(name) || p.0.is_match(sample_name);
+        let matches =
+            |FamilyPattern(Pattern(p)): &FamilyPattern| p.is_match(name) || p.is_match(sample_name);
         (self.include.is_empty() || self.include.iter().any(matches))
             && !self.exclude.iter().any(matches)
     }
 }
 
 /// A regular expression that must match a whole metric family name (it is anchored).
-#[derive(Debug, Clone)]
-pub struct FamilyPattern(pub regex::Regex);
-
-impl PartialEq for FamilyPattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.as_str() == other.0.as_str()
-    }
-}
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyPattern(pub Pattern);
 
 impl<'de> Deserialize<'de> for FamilyPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        regex::Regex::new(&format!("^(?:{text})$"))
+        Pattern::parse(&format!("^(?:{text})$"))
             .map(FamilyPattern)
             .map_err(|e| {
                 D::Error::custom(format!(
@@ -83,8 +78,9 @@ impl<'de> Deserialize<'de> for FamilyPattern {
     }
 }
 
-/// Verdict settings. Each rule's condition scores 0.5 exactly at its threshold, 1.0 at twice
-/// the distance, and 0.3 at 60 % of the way; a kind turns active when its score stays at or
+/// Verdict settings. Each rule's condition scores 0.5 exactly at its threshold and 0.3 at 60 %
+/// of the way, and 1.0 at twice the threshold (or at saturation, for a ratio bounded by 1);
+/// categorical facts score by their certainty (see `analysis::rules`); a kind turns active when its score stays at or
 /// above `enter_score` for `min_duration`, and inactive when it stays below `leave_score` as
 /// long, so bursty workloads do not flap.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

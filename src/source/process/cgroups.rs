@@ -25,11 +25,13 @@ struct CgroupPlace {
     v2: bool,
 }
 
-/// Counters of a cgroup, kept between ticks.
+/// Counters of a cgroup, kept between ticks, and the figures derived from them on the tick
+/// they were read (handed to every later process of the same cgroup on that tick).
 #[derive(Debug, Clone, Default)]
 struct CgroupCounters {
     throttling: Option<CpuThrottling>,
     pressure: Vec<(&'static str, Pressure)>,
+    figures: CgroupContext,
 }
 
 /// The cgroup state the process source keeps between ticks.
@@ -42,8 +44,6 @@ pub struct CgroupReader {
     places: HashMap<(u32, u64), CgroupPlace>,
     /// Per cgroup directory: the counters of its last read.
     counters: HashMap<PathBuf, Previous<CgroupCounters>>,
-    /// Per cgroup directory: what this tick found, shared by every process in it.
-    this_tick: HashMap<PathBuf, CgroupContext>,
 }
 
 impl CgroupReader {
@@ -54,13 +54,7 @@ impl CgroupReader {
             mount: sysfs.join("fs/cgroup"),
             places: HashMap::new(),
             counters: HashMap::new(),
-            this_tick: HashMap::new(),
         }
-    }
-
-    /// Starts a tick: cgroups are read afresh from here on.
-    pub fn begin_tick(&mut self) {
-        self.this_tick.clear();
     }
 
     /// Ends a tick: forgets the processes not in `live` and the cgroups none of them is in.
@@ -85,17 +79,11 @@ impl CgroupReader {
         let place = &self.places[&key];
         let identity = place.identity.clone();
         let mut context = match place.dir.clone() {
-            Some(dir) => {
-                let v2 = place.v2;
-                match self.this_tick.get(&dir) {
-                    Some(figures) => figures.clone(),
-                    None => {
-                        let figures = self.read_figures(&dir, v2, now);
-                        self.this_tick.insert(dir, figures.clone());
-                        figures
-                    }
-                }
-            }
+            // Already read on this tick for another process of the cgroup.
+            Some(dir) => match self.counters.get(&dir).filter(|read| read.at == now) {
+                Some(read) => read.value.figures.clone(),
+                None => self.read_figures(&dir, place.v2, now),
+            },
             None => CgroupContext::default(),
         };
         context.pod_uid = identity.pod_uid.unwrap_or_default();
@@ -146,6 +134,12 @@ impl CgroupReader {
                 }),
             })
             .collect();
+        let figures = CgroupContext {
+            cpu_quota_cores,
+            throttled_ratio,
+            pressure: pressure_snapshots,
+            ..CgroupContext::default()
+        };
         self.counters.insert(
             dir.to_path_buf(),
             Previous {
@@ -153,15 +147,11 @@ impl CgroupReader {
                 value: CgroupCounters {
                     throttling,
                     pressure,
+                    figures: figures.clone(),
                 },
             },
         );
-        CgroupContext {
-            cpu_quota_cores,
-            throttled_ratio,
-            pressure: pressure_snapshots,
-            ..CgroupContext::default()
-        }
+        figures
     }
 
     /// Reads `/proc/<pid>/cgroup` and finds the cgroup's directory under the host mount.

@@ -49,6 +49,12 @@ fn read(path: &Path) -> Result<String, ReadError> {
     })
 }
 
+/// Reads and parses a `stat` file of a process or thread.
+fn read_stat(path: &Path) -> Result<Stat, ReadError> {
+    procfs::parse_stat(&read(path)?)
+        .map_err(|e| ReadError::Other(format!("{}: {e}", path.display())))
+}
+
 /// The signal `/proc/<pid>/io` feeds, named as `gpu_exporter_signal_supported` labels it.
 pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 
@@ -110,11 +116,6 @@ impl ProcessSource {
         self.roots.procfs.join(pid.to_string()).join(file)
     }
 
-    fn stat(&self, path: &Path) -> Result<Stat, ReadError> {
-        procfs::parse_stat(&read(path)?)
-            .map_err(|e| ReadError::Other(format!("{}: {e}", path.display())))
-    }
-
     /// `kernel.task_delayacct`: `None` on kernels before 5.14, where it is not a sysctl and
     /// delay accounting is on unless booted with `nodelayacct`.
     fn delay_accounting(&self) -> Option<bool> {
@@ -170,7 +171,7 @@ impl ProcessSource {
         delay_accounting: bool,
         fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
     ) -> Result<Option<ProcessContext>, String> {
-        let stat = match self.stat(&self.proc_path(pid, "stat")) {
+        let stat = match read_stat(&self.proc_path(pid, "stat")) {
             Ok(stat) => stat,
             Err(ReadError::Gone) => return Ok(None),
             Err(ReadError::Denied) => return Err(format!("/proc/{pid}/stat: permission denied")),
@@ -243,7 +244,7 @@ impl ProcessSource {
     ) -> (Option<f64>, BTreeSet<u32>) {
         let mut main_share = None;
         let mut main_node = None;
-        if let Ok(main) = self.stat(&self.roots.procfs.join(format!("{pid}/task/{pid}/stat"))) {
+        if let Ok(main) = read_stat(&self.roots.procfs.join(format!("{pid}/task/{pid}/stat"))) {
             main_node = self.numa_node_of(main.processor);
             // Thread counters are kept beside the processes': key them apart.
             let main_key = (pid, main.starttime ^ (1 << 63));
@@ -271,7 +272,7 @@ impl ProcessSource {
             let mut nodes = BTreeSet::new();
             for tid in self.tasks(pid) {
                 let path = self.roots.procfs.join(format!("{pid}/task/{tid}/stat"));
-                let Ok(thread) = self.stat(&path) else {
+                let Ok(thread) = read_stat(&path) else {
                     continue;
                 };
                 nodes.extend(self.numa_node_of(thread.processor));
@@ -324,7 +325,7 @@ impl ProcessSource {
         let mut all_have_rates = true;
         for &worker in descendants {
             // A worker that exited since discovery is simply not counted.
-            let Ok(stat) = self.stat(&self.proc_path(worker, "stat")) else {
+            let Ok(stat) = read_stat(&self.proc_path(worker, "stat")) else {
                 continue;
             };
             summary.count += 1;
@@ -426,7 +427,6 @@ impl Source for ProcessSource {
             .collect();
         let delay = self.delay_accounting();
         let mut fresh = HashMap::new();
-        self.cgroups.begin_tick();
         self.io_denied = false;
         let mut contexts = Vec::new();
         let mut failures = Vec::new();

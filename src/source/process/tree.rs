@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{numeric_entries, procfs, read, ReadError};
+use super::{numeric_entries, procfs, read, read_stat, ReadError};
 
 /// Every this many discoveries, every thread's `children` file is read, not only the leader's.
 pub const FULL_WALK_EVERY: u32 = 6;
@@ -102,9 +102,8 @@ impl TreeFinder {
             if in_tree.contains(&pid) {
                 continue;
             }
-            let parent = read(&self.procfs.join(format!("{pid}/stat")))
+            let parent = read_stat(&self.procfs.join(format!("{pid}/stat")))
                 .ok()
-                .and_then(|text| procfs::parse_stat(&text).ok())
                 .map(|stat| stat.ppid);
             if parent.is_some_and(|ppid| in_tree.contains(&ppid)) {
                 in_tree.insert(pid);
@@ -156,10 +155,7 @@ impl TreeFinder {
     fn by_scan(&self, root: u32) -> Vec<u32> {
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
         for pid in numeric_entries(&self.procfs) {
-            let stat = read(&self.procfs.join(format!("{pid}/stat")))
-                .ok()
-                .and_then(|text| procfs::parse_stat(&text).ok());
-            if let Some(stat) = stat {
+            if let Ok(stat) = read_stat(&self.procfs.join(format!("{pid}/stat"))) {
                 children.entry(stat.ppid).or_default().push(pid);
             }
         }

@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk bcrypt:bcrypt; do
+for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk bcrypt:bcrypt PIL:Pillow; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     step "installing ${module##*:} (Python)"
     python3 -m pip install -q "${module##*:}" 2>/dev/null ||
@@ -71,6 +71,10 @@ python3 scripts/check_tls.py target/debug/gpu-bottleneck-exporter
 step "the real binary, on this host and on the demo node: /metrics through promtool and the OpenMetrics parser"
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter --demo
+
+step "workload suite, fast subset: Python training loops on the emulated GPU get their expected verdicts"
+python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-exporter \
+  --nvml-library target/debug/libfake_nvml.so
 
 echo
 echo "all checks passed"

@@ -100,7 +100,8 @@ pub struct Analysis {
     /// Busy fraction at or above which a GPU with no bottleneck is `busy` (compute-bound).
     pub gpu_busy_above: f64,
     /// Share of near-zero utilization samples that makes a GPU's work bursty (ours: one
-    /// sample in five idle is already visible as gaps in a step timeline).
+    /// sample in five idle is already visible as gaps in a step timeline). Evidence for
+    /// sync_stall, not a condition: steps shorter than a 1/6 s sample leave no idle sample.
     pub bursty_idle_share: f64,
     /// Disk utilization that counts as saturated (iostat guidance: sustained > 80 %).
     pub disk_util_high: f64,
@@ -141,6 +142,9 @@ pub struct Analysis {
     /// Host CPU used outside the GPU process trees that counts as contention (ours: other
     /// tenants using half the node).
     pub other_cpu_high: f64,
+    /// contention: mean number of the job's threads (main thread and loader workers) waiting
+    /// runnable for a CPU, below which CPU taken by others is not what holds the job back.
+    pub cpu_wait_high: f64,
     /// Hypervisor steal share that counts as contention (ours: 10 %, where cloud guidance
     /// starts to call a VM noisy-neighboured).
     pub steal_high: f64,
@@ -176,6 +180,7 @@ impl Default for Analysis {
             job_imbalance: 0.3,
             cgroup_throttled_high: 0.1,
             other_cpu_high: 0.5,
+            cpu_wait_high: 0.5,
             steal_high: 0.1,
             throttled_share_high: 0.3,
             thermal_margin_celsius: 3.0,

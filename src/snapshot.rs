@@ -89,6 +89,8 @@ pub struct CpuStat {
     pub times: CpuTimes,
     /// Number of `cpuN` lines: online CPUs.
     pub cpu_count: u32,
+    /// Seconds per mode of each online CPU, by CPU number.
+    pub per_cpu: Vec<(u32, CpuTimes)>,
     /// Tasks currently runnable (`procs_running`).
     pub procs_running: u64,
     /// Tasks blocked on I/O (`procs_blocked`).
@@ -115,6 +117,9 @@ pub struct CpuSnapshot {
     pub stat: CpuStat,
     /// Shares over the last interval; `None` on the first sample.
     pub rates: Option<CpuRates>,
+    /// Busy share of each CPU over the last interval, by CPU number (empty on the first
+    /// sample): what a process pinned to a few CPUs competes for.
+    pub busy_by_cpu: Vec<(u32, f64)>,
 }
 
 /// One line of /proc/diskstats. Times stay in the kernel's integer milliseconds so that
@@ -545,6 +550,10 @@ pub struct ProcessContext {
     /// CPU share of one core used by the busiest thread over the last interval: near 1.0 is
     /// the host-bound signature of a Python launch loop.
     pub busiest_thread_ratio: Option<f64>,
+    /// Mean number of the process's main thread and its workers' main threads waiting
+    /// runnable for a CPU over the last interval (run-queue delay per second from schedstat):
+    /// the job wants CPU it does not get.
+    pub cpu_wait_ratio: Option<f64>,
     /// Voluntary context switches since start.
     pub voluntary_switches: u64,
     /// Involuntary context switches since start.
@@ -554,8 +563,14 @@ pub struct ProcessContext {
     /// Bytes the process caused to be read from storage (`None` when /proc/<pid>/io is not
     /// readable, e.g. without CAP_SYS_PTRACE for another user's process).
     pub read_bytes: Option<u64>,
-    /// CPUs the process may run on.
-    pub allowed_cpus: u32,
+    /// CPUs the process may run on (its affinity mask or cpuset), by number.
+    pub allowed_cpus: Vec<u32>,
+    /// Share of those CPUs used over the last interval by processes outside every GPU process
+    /// tree: the CPU others take from this job (`None` before CPU rates exist).
+    pub others_cpu_ratio: Option<f64>,
+    /// Share of those CPUs used over the last interval by GPU process trees: the job's own
+    /// demand (its main process, loader workers, and any other rank pinned alongside).
+    pub own_cpu_ratio: Option<f64>,
     /// NUMA nodes the threads of the process and of its workers last ran on, sorted.
     pub numa_nodes: Vec<u32>,
     /// The processes below it.
@@ -584,6 +599,9 @@ pub struct WorkerSummary {
     /// Block-I/O delay over the last interval, summed: the mean number of workers waiting for
     /// the disk (`None` without delay accounting).
     pub blkio_delay_ratio: Option<f64>,
+    /// Run-queue delay over the last interval, summed: the mean number of workers waiting for
+    /// a CPU.
+    pub cpu_wait_ratio: Option<f64>,
     /// Bytes read from storage per second over the last interval, summed.
     pub read_bytes_per_second: Option<f64>,
 }

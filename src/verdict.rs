@@ -148,6 +148,8 @@ pub struct WindowFigures {
     pub sm_activity: Option<f64>,
     /// Mean device memory used share.
     pub memory_used_ratio: Option<f64>,
+    /// Highest device memory used share in the window.
+    pub memory_used_peak: Option<f64>,
     /// Share of ticks with a limiting throttle reason.
     pub throttled_share: Option<f64>,
     /// Mean degrees below the slowdown temperature.
@@ -186,6 +188,10 @@ pub struct WindowFigures {
     pub host_cpu: Option<f64>,
     /// Mean host CPU share used outside the GPU process trees.
     pub other_cpu: Option<f64>,
+    /// Mean number of the job's threads waiting for a CPU.
+    pub cpu_wait: Option<f64>,
+    /// Share of the job's CPUs its GPU process trees use.
+    pub own_cpu: Option<f64>,
     /// Mean hypervisor steal share.
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).

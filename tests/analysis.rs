@@ -127,6 +127,31 @@ fn a_healthy_saturated_gpu_is_busy() {
 }
 
 #[test]
+fn a_job_that_holds_a_gpu_and_runs_nothing_is_idle_not_stalled() {
+    // Its process holds memory and a context; the host is quiet; the GPU runs no kernel.
+    let verdict = run(40, |_| GpuObservation {
+        busy: Some(0.0),
+        idle_share: Some(1.0),
+        busiest_thread: Some(0.0),
+        workers_max_cpu: Some(0.0),
+        host_cpu: Some(0.02),
+        ..healthy("GPU-a")
+    });
+    assert_eq!(verdict.primary, Primary::Idle);
+    assert_eq!(score(&verdict, Kind::SyncStall), Some(0.0));
+    // One burst of work in the window is a stall again, not idleness.
+    let verdict = run(40, |_| GpuObservation {
+        busy: Some(0.3),
+        idle_share: Some(0.6),
+        busiest_thread: Some(0.0),
+        workers_max_cpu: Some(0.0),
+        host_cpu: Some(0.02),
+        ..healthy("GPU-a")
+    });
+    assert_eq!(verdict.primary, Primary::Bottleneck(Kind::SyncStall));
+}
+
+#[test]
 fn a_gpu_without_processes_is_idle_and_nothing_else() {
     let verdict = run(40, |_| GpuObservation {
         processes: Some(0),
@@ -275,6 +300,49 @@ fn communication_from_imbalance_within_a_job() {
     assert!(!active(&verdicts[0]).contains(&Kind::Communication));
     // Near miss: a slow GPU alone in its job is not waiting for peers.
     assert!(!active(&verdicts[2]).contains(&Kind::Communication));
+}
+
+/// The checklist's "GPU 3 at 40 % while the others run at 95 %": a rank whose pinned CPUs an
+/// unrelated process takes. Its verdict is the local cause (contention); the imbalance stays
+/// active beside it, and the same rank with nothing local to blame is communication.
+/// (Its own loader saturating its CPUs would be data_cpu: `data_cpu_from_the_jobs_own_share`.)
+#[test]
+fn a_straggler_is_named_by_its_own_cause_not_only_the_imbalance() {
+    let ranks = |own: f64, others_on_its_cpus: f64| {
+        run_many(40, move |_| {
+            let mut fast = healthy("GPU-fast");
+            let mut slow = healthy("GPU-slow");
+            fast.job = Some("pod:a".into());
+            slow.job = Some("pod:a".into());
+            slow.busy = Some(0.4);
+            slow.workers_max_cpu = Some(0.3);
+            slow.own_cpu = Some(own);
+            slow.other_cpu = Some(others_on_its_cpus);
+            vec![fast, slow]
+        })
+    };
+    let verdicts = ranks(0.4, 0.6);
+    assert_eq!(verdicts[1].primary, Primary::Bottleneck(Kind::Contention));
+    assert!(active(&verdicts[1]).contains(&Kind::Communication));
+    // Its CPUs are saturated, but by others: not the job's own preprocessing.
+    assert!(!active(&verdicts[1]).contains(&Kind::DataCpu));
+    let verdicts = ranks(0.3, 0.05);
+    assert_eq!(
+        verdicts[1].primary,
+        Primary::Bottleneck(Kind::Communication)
+    );
+}
+
+/// CPUs saturated by the job's own loader (its share of its CPUs) are data_cpu.
+#[test]
+fn data_cpu_from_the_jobs_own_share_of_its_cpus() {
+    fires(Kind::DataCpu, |o| {
+        o.busy = Some(0.3);
+        o.workers_max_cpu = Some(0.25);
+        o.host_cpu = Some(0.5);
+        o.own_cpu = Some(0.98);
+        o.other_cpu = Some(0.02);
+    });
 }
 
 #[test]

@@ -35,6 +35,7 @@ fn node_with_gpu_process(pid: u32, command: &str) -> Snapshot {
                 busy_ratio: 0.5,
                 ..CpuRates::default()
             }),
+            busy_by_cpu: Vec::new(),
         }),
         gpu: Some(GpuSnapshot {
             nvml_up: true,
@@ -134,7 +135,7 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
     common::assert_close(c.cpu_cores, 1.3); // 130 ticks in 1 s
     common::assert_close(c.busiest_thread_ratio, 0.98); // the main thread: the host-bound signature
     assert_eq!(c.threads, 3);
-    assert_eq!(c.allowed_cpus, 8);
+    assert_eq!(c.allowed_cpus.len(), 8);
     assert_eq!((c.uid, c.resident_bytes), (Some(1000), Some(8 << 30)));
     // Boot time (btime) plus the start time in clock ticks after boot.
     let started_ticks = std::fs::read_to_string(
@@ -166,6 +167,9 @@ fn cgroup_v2_systemd_pod_with_throttling_workers_and_numa() {
     common::assert_close(w.max_cpu_ratio, 0.9);
     common::assert_close(w.blkio_delay_ratio, 0.6);
     common::assert_close(w.read_bytes_per_second, 2.4e7);
+    // Run-queue delay (schedstat): workers 0.5 + 0.3 + 0 s in 1 s, the main thread 0.2 s.
+    common::assert_close(w.cpu_wait_ratio, 0.8);
+    common::assert_close(c.cpu_wait_ratio, 1.0);
     let g = c.cgroup.as_ref().unwrap();
     assert_eq!(g.pod_uid, "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d");
     assert_eq!(
@@ -566,4 +570,43 @@ fn the_other_driver_layouts_find_the_same_pod_and_throttling() {
         common::assert_close(g.cpu_quota_cores, quota);
         common::assert_close(g.throttled_ratio, throttled);
     }
+}
+
+/// Two ranks pinned to one CPU each; a hog outside the GPU trees shares the second CPU.
+#[test]
+fn others_are_measured_on_the_cpus_a_rank_may_run_on() {
+    use gpu_bottleneck_exporter::snapshot::{ProcessContext, WorkerSummary};
+    use gpu_bottleneck_exporter::source::process::share_cpus;
+    let rank = |pid, cpu, cores: f64| ProcessContext {
+        pid,
+        allowed_cpus: vec![cpu],
+        cpu_cores: Some(cores * 0.25),
+        workers: WorkerSummary {
+            cpu_cores: Some(cores * 0.75),
+            ..WorkerSummary::default()
+        },
+        ..ProcessContext::default()
+    };
+    let mut contexts = vec![rank(10, 0, 0.9), rank(20, 1, 0.45)];
+    share_cpus(&mut contexts, &[(0, 0.92), (1, 1.0)]);
+    let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+    assert!(close(contexts[0].own_cpu_ratio, 0.9));
+    assert!(close(contexts[0].others_cpu_ratio, 0.02));
+    assert!(close(contexts[1].own_cpu_ratio, 0.45));
+    assert!(close(contexts[1].others_cpu_ratio, 0.55));
+    // Unpinned, the same figures are node-wide.
+    let mut unpinned = vec![ProcessContext {
+        allowed_cpus: vec![0, 1],
+        ..rank(30, 0, 0.5)
+    }];
+    share_cpus(&mut unpinned, &[(0, 0.5), (1, 0.5)]);
+    assert!(close(unpinned[0].own_cpu_ratio, 0.25));
+    assert!(close(unpinned[0].others_cpu_ratio, 0.25));
+    // A tree whose CPU use is not known yet (first tick): nothing is claimed for anyone.
+    let mut first = vec![ProcessContext {
+        cpu_cores: None,
+        ..rank(40, 0, 0.5)
+    }];
+    share_cpus(&mut first, &[(0, 0.9)]);
+    assert_eq!(first[0].others_cpu_ratio, None);
 }

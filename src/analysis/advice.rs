@@ -6,7 +6,7 @@ use super::{Kind, Primary};
 /// One sentence saying what the verdict means for the GPU.
 pub fn explanation(primary: Primary) -> &'static str {
     match primary {
-        Primary::Idle => "No process is using this GPU: if it is allocated to a job, it is wasted capacity.",
+        Primary::Idle => "No process is using this GPU, or the one holding it runs no work: if it is allocated to a job, it is wasted capacity.",
         Primary::Busy => "The GPU is kept busy and nothing on the node holds it back: it is compute-bound.",
         Primary::Undetermined => "The GPU is not fully busy, but no rule matched clearly (or the window is still filling).",
         Primary::Bottleneck(kind) => match kind {

@@ -149,20 +149,33 @@ impl Analyzer {
                 KindVerdict { scored, active }
             })
             .collect();
+        // A straggler (a GPU behind the busiest of its job) straggles for a reason of its own
+        // when one is active: that reason is the verdict, the imbalance its consequence.
+        let only_imbalance = |k: &KindVerdict| {
+            k.scored.kind == Kind::Communication
+                && k.scored.evidence.iter().all(|e| e.name == "job_busy_gap")
+        };
         let strongest = kinds
             .iter()
             .filter(|k| k.active)
             .max_by(|a, b| {
-                a.scored
-                    .score
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.scored.score.unwrap_or(0.0))
+                only_imbalance(b)
+                    .cmp(&only_imbalance(a))
+                    .then(
+                        a.scored
+                            .score
+                            .unwrap_or(0.0)
+                            .total_cmp(&b.scored.score.unwrap_or(0.0)),
+                    )
                     .then(b.scored.kind.cmp(&a.scored.kind))
             })
             .map(|k| k.scored.kind);
         let primary = match strongest {
             Some(kind) => Primary::Bottleneck(kind),
-            None if idle => Primary::Idle,
+            // No process, or processes that run no work (a job holding the GPU idle).
+            None if idle || (figures.up && figures.busy.is_some_and(|b| b < rules::IDLE_BUSY)) => {
+                Primary::Idle
+            }
             None if figures.busy.is_some_and(|b| b >= t.gpu_busy_above) => Primary::Busy,
             None => Primary::Undetermined,
         };

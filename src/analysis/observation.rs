@@ -50,6 +50,8 @@ pub struct GpuObservation {
     pub job: Option<String>,
     /// The main GPU process's busiest thread, share of a core.
     pub busiest_thread: Option<f64>,
+    /// Mean number of the main GPU process's main thread and workers waiting for a CPU.
+    pub cpu_wait: Option<f64>,
     /// Data-loader workers of the main GPU process.
     pub workers: Option<u32>,
     /// The busiest worker's share of a core.
@@ -70,8 +72,11 @@ pub struct GpuObservation {
     pub psi_io: Option<f64>,
     /// Host CPU busy share.
     pub host_cpu: Option<f64>,
-    /// Host CPU used outside the GPU process trees.
+    /// CPU used outside the GPU process trees: on the CPUs the main GPU process may run on
+    /// when known, else node-wide.
     pub other_cpu: Option<f64>,
+    /// Share of the CPUs the main GPU process may run on that GPU process trees use.
+    pub own_cpu: Option<f64>,
     /// Host CPU steal share.
     pub steal: Option<f64>,
 }
@@ -152,6 +157,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 other_jobs,
                 job,
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
+                cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),
@@ -165,7 +171,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 iowait: rates.map(|r| r.iowait_ratio),
                 psi_io,
                 host_cpu: rates.map(|r| r.busy_ratio),
-                other_cpu: snapshot.other_cpu_ratio,
+                other_cpu: context
+                    .and_then(|c| c.others_cpu_ratio)
+                    .or(snapshot.other_cpu_ratio),
+                own_cpu: context.and_then(|c| c.own_cpu_ratio),
                 steal: rates.map(|r| r.steal_ratio),
             }
         })

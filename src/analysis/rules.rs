@@ -55,6 +55,10 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         idle_share: m(|o| o.idle_share),
         sm_activity: m(|o| o.sm_activity),
         memory_used_ratio: m(|o| o.memory_used_ratio),
+        memory_used_peak: window
+            .iter()
+            .filter_map(|o| o.memory_used_ratio)
+            .reduce(f64::max),
         throttled_share: share(window.iter().map(|o| o.throttled)),
         thermal_margin: m(|o| o.thermal_margin),
         new_hardware_errors: errors
@@ -84,6 +88,8 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         psi_io: m(|o| o.psi_io),
         host_cpu: m(|o| o.host_cpu),
         other_cpu: m(|o| o.other_cpu),
+        own_cpu: m(|o| o.own_cpu),
+        cpu_wait: m(|o| o.cpu_wait),
         steal: m(|o| o.steal),
         job_gap: None,
     }
@@ -216,7 +222,12 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
             t.worker_cpu_high,
             high_ratio,
         ),
-        rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high, high_ratio),
+        // The job's CPUs saturated by the job itself; node-wide CPU where the job's share of
+        // its CPUs is unknown. CPUs saturated by others are contention, not this.
+        match w.own_cpu {
+            Some(own) => rule.alternative("own_cpu", Some(own), t.host_cpu_high, high_ratio),
+            None => rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high, high_ratio),
+        },
     ];
     rule.any(Kind::DataCpu, gate, &alternatives)
 }
@@ -234,18 +245,29 @@ pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
     rule.done(Kind::HostBound, gate.min(thread))
 }
 
-/// CPU and GPU wait on each other: GPU bursty while nothing on the host is busy.
+/// Below this busy fraction over the window a GPU runs no work at all: whatever holds it is
+/// idle, not waiting on a pipeline.
+pub const IDLE_BUSY: f64 = 0.02;
+
+/// CPU and GPU wait on each other: the GPU starves while nothing on the host is busy. Steps
+/// shorter than NVML's 1/6 s sample leave no idle sample, so bursts (`idle_share`) are
+/// evidence, not a requirement.
 pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
-    let gate = starved(&mut rule, w, t);
-    let bursty = rule.condition("idle_share", w.idle_share, t.bursty_idle_share, high);
+    let mut gate = starved(&mut rule, w, t);
+    // A GPU that runs nothing is not stalled between bursts: its job is idle.
+    if w.busy.is_some_and(|busy| busy < IDLE_BUSY) {
+        rule.fact("gpu_runs_no_work", 1.0, 0.0, String::new());
+        gate = 0.0;
+    }
+    rule.alternative("idle_share", w.idle_share, t.bursty_idle_share, high);
     let quiet = [
         rule.condition("disk_util", w.disk_util, t.quiet_below, low),
         rule.condition("busiest_thread", w.busiest_thread, t.quiet_below, low),
         rule.condition("workers_max_cpu", w.workers_max_cpu, t.quiet_below, low),
         rule.condition("host_cpu", w.host_cpu, t.quiet_below, low),
     ];
-    let score = quiet.iter().fold(gate.min(bursty), |s, q| s.min(*q));
+    let score = quiet.iter().fold(gate, |s, q| s.min(*q));
     rule.done(Kind::SyncStall, score)
 }
 
@@ -260,9 +282,11 @@ pub fn kernel_efficiency(w: &WindowFigures, t: &Thresholds) -> KindScore {
 /// Device memory near full.
 pub fn memory_pressure(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
+    // The peak of the window: memory churning between 60 % and 96 % runs out at its peaks
+    // (the caching allocator frees and retries there), whatever its mean.
     let used = rule.condition(
-        "memory_used",
-        w.memory_used_ratio,
+        "memory_used_peak",
+        w.memory_used_peak,
         t.memory_used_high,
         high_ratio,
     );
@@ -334,12 +358,18 @@ pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
             score
         }),
     ];
-    // Host-side competition only matters while the GPU waits.
+    // Host-side competition only matters while the GPU waits, and, where the job's run-queue
+    // delay is known, while its threads wait for a CPU: a loader blocked on storage on a
+    // steal-heavy VM is data_io, not contention.
+    let wants_cpu = rule
+        .alternative("cpu_wait", w.cpu_wait, t.cpu_wait_high, high)
+        .unwrap_or(1.0);
     let host = host_side
         .iter()
         .flatten()
         .fold(0.0, |a: f64, b| a.max(*b))
-        .min(gate);
+        .min(gate)
+        .min(wants_cpu);
     let known = sharing.is_some() || host_side.iter().any(Option::is_some);
     let unknown = rule.unknown || !known;
     KindScore {

@@ -34,6 +34,7 @@ pub(super) fn process_context_families(
     let mut cpu_seconds = Family::new(&PROC_CPU_SECONDS);
     let mut cpu_cores = Family::new(&PROC_CPU_CORES);
     let mut busiest = Family::new(&PROC_BUSIEST_THREAD);
+    let mut cpu_wait = Family::new(&PROC_CPU_WAIT);
     let mut threads = Family::new(&PROC_THREADS);
     let mut switches = Family::new(&PROC_SWITCHES);
     let mut blkio = Family::new(&PROC_BLKIO);
@@ -78,6 +79,7 @@ pub(super) fn process_context_families(
             let optional = [
                 (&mut cpu_cores, c.cpu_cores),
                 (&mut busiest, c.busiest_thread_ratio),
+                (&mut cpu_wait, c.cpu_wait_ratio),
                 (&mut blkio, c.blkio_delay_seconds),
                 (&mut read_bytes, c.read_bytes.map(|b| b as f64)),
                 (&mut resident, c.resident_bytes.map(|b| b as f64)),
@@ -94,7 +96,7 @@ pub(super) fn process_context_families(
             if let Some((name, _)) = PROCESS_STATES.iter().find(|(_, l)| l.contains(&c.state)) {
                 state.add(&and(&base, name), 1.0);
             }
-            allowed.add(&base, f64::from(c.allowed_cpus));
+            allowed.add(&base, c.allowed_cpus.len() as f64);
             if let (Some(node), false) = (device.numa_node, c.numa_nodes.is_empty()) {
                 numa.add(&base, flag(c.numa_nodes.iter().any(|n| *n != node)));
             }
@@ -157,6 +159,7 @@ pub(super) fn process_context_families(
         cpu_seconds,
         cpu_cores,
         busiest,
+        cpu_wait,
         threads,
         switches,
         blkio,

@@ -304,11 +304,14 @@ impl DemoSource {
             cpu_system_seconds: 100.0,
             cpu_cores: Some(busiest * 1.4),
             busiest_thread_ratio: Some(busiest),
+            cpu_wait_ratio: Some(0.1),
             voluntary_switches: 50_000,
             involuntary_switches: 2_000,
             blkio_delay_seconds: Some(blkio * 10.0),
             read_bytes: Some(10 * GIB),
-            allowed_cpus: 32,
+            allowed_cpus: (0..32).collect(),
+            others_cpu_ratio: None,
+            own_cpu_ratio: None,
             numa_nodes: vec![numa],
             workers: WorkerSummary {
                 count: workers,
@@ -323,6 +326,7 @@ impl DemoSource {
                 zombie: 0,
                 blkio_delay_ratio: Some(if workers > 0 { blkio } else { 0.0 }),
                 read_bytes_per_second: Some(if workers > 0 { read_rate } else { 0.0 }),
+                cpu_wait_ratio: Some(if workers > 0 { 0.05 } else { 0.0 }),
             },
             descendants: (1..=workers).map(|w| pid + 1_000_000 + w).collect(),
             cgroup: Some(CgroupContext {
@@ -349,6 +353,7 @@ impl DemoSource {
                     ..CpuTimes::default()
                 },
                 cpu_count: cpus as u32,
+                per_cpu: Vec::new(),
                 procs_running: 40,
                 procs_blocked: 5,
                 context_switches: (2.0e5 * seconds) as u64,
@@ -358,6 +363,7 @@ impl DemoSource {
                 steal_ratio: 0.0,
                 busy_ratio: 0.45,
             }),
+            busy_by_cpu: Vec::new(),
         });
         let read = 1.2e9;
         snapshot.disks = vec![DiskSnapshot {

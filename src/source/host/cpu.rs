@@ -13,7 +13,7 @@ pub const USER_HZ: f64 = 100.0;
 /// required; columns missing on old kernels (steal, guest, guest_nice) read as 0.
 pub fn parse_stat(text: &str) -> Result<CpuStat, String> {
     let mut times = None;
-    let mut cpu_count = 0;
+    let mut per_cpu = Vec::new();
     let (mut running, mut blocked, mut ctxt) = (None, None, None);
     for line in text.lines() {
         let mut fields = line.split_ascii_whitespace();
@@ -23,15 +23,20 @@ pub fn parse_stat(text: &str) -> Result<CpuStat, String> {
             "procs_running" => running = Some(parse_single(key, fields)?),
             "procs_blocked" => blocked = Some(parse_single(key, fields)?),
             "ctxt" => ctxt = Some(parse_single(key, fields)?),
-            _ if key.starts_with("cpu") && key[3..].bytes().all(|b| b.is_ascii_digit()) => {
-                cpu_count += 1
+            _ if key.starts_with("cpu") => {
+                if let Ok(id) = key[3..].parse::<u32>() {
+                    let line_times =
+                        parse_cpu_times(fields).map_err(|e| format!("{key} line: {e}"))?;
+                    per_cpu.push((id, line_times));
+                }
             }
             _ => {}
         }
     }
     Ok(CpuStat {
         times: times.ok_or("no aggregate cpu line")?,
-        cpu_count,
+        cpu_count: per_cpu.len() as u32,
+        per_cpu,
         procs_running: running.ok_or("no procs_running line")?,
         procs_blocked: blocked.ok_or("no procs_blocked line")?,
         context_switches: ctxt.ok_or("no ctxt line")?,
@@ -93,10 +98,21 @@ pub fn cpu_rates(previous: &CpuTimes, current: &CpuTimes) -> Option<CpuRates> {
     })
 }
 
+/// Busy share of each CPU between two reads, for the CPUs present in both.
+pub fn busy_by_cpu(previous: &[(u32, CpuTimes)], current: &[(u32, CpuTimes)]) -> Vec<(u32, f64)> {
+    current
+        .iter()
+        .filter_map(|(id, now)| {
+            let (_, before) = previous.iter().find(|(p, _)| p == id)?;
+            Some((*id, cpu_rates(before, now)?.busy_ratio))
+        })
+        .collect()
+}
+
 /// The cpu source.
 pub struct CpuSource {
     roots: HostRoots,
-    previous: Option<Previous<CpuTimes>>,
+    previous: Option<Previous<CpuStat>>,
 }
 
 impl CpuSource {
@@ -117,15 +133,19 @@ impl Source for CpuSource {
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
         let text = self.roots.read_proc("stat")?;
         let stat = parse_stat(&text).map_err(|e| SourceError::Failed(format!("stat: {e}")))?;
-        let rates = self
-            .previous
-            .as_ref()
-            .and_then(|previous| cpu_rates(&previous.value, &stat.times));
+        let previous = self.previous.as_ref().map(|p| &p.value);
+        let rates = previous.and_then(|p| cpu_rates(&p.times, &stat.times));
+        let busy_by_cpu =
+            previous.map_or_else(Vec::new, |p| busy_by_cpu(&p.per_cpu, &stat.per_cpu));
         self.previous = Some(Previous {
             at: now,
-            value: stat.times,
+            value: stat.clone(),
         });
-        snapshot.cpu = Some(CpuSnapshot { stat, rates });
+        snapshot.cpu = Some(CpuSnapshot {
+            stat,
+            rates,
+            busy_by_cpu,
+        });
         Ok(())
     }
 }
@@ -205,6 +225,17 @@ softirq 1 2 3
         let rates = cpu_rates(&times(0.0, 0.0, 5.0, 0.0), &times(1.0, 1.0, 4.0, 0.0)).unwrap();
         assert_eq!(rates.iowait_ratio, 0.0);
         assert_eq!(rates.busy_ratio, 0.5);
+    }
+
+    #[test]
+    fn each_cpu_has_its_busy_share() {
+        let before = parse_stat(STAT).unwrap();
+        let after =
+            parse_stat(&STAT.replace("cpu0 994 0 701 12540", "cpu0 1044 0 701 12590")).unwrap();
+        assert_eq!(before.per_cpu.len(), 2);
+        assert_eq!(before.per_cpu[1].0, 1);
+        // cpu0: 0.5 s user and 0.5 s idle; cpu1 did not move (no time passed: left out).
+        assert_eq!(busy_by_cpu(&before.per_cpu, &after.per_cpu), vec![(0, 0.5)]);
     }
 
     #[test]

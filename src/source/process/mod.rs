@@ -14,7 +14,7 @@ mod cgroups;
 pub mod procfs;
 mod tree;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,6 +64,8 @@ struct Ticks {
     cpu: u64,
     blkio: u64,
     read_bytes: Option<u64>,
+    /// Nanoseconds the task waited for a CPU (`None` where schedstat is absent).
+    cpu_wait_ns: Option<u64>,
 }
 
 /// What the last pass over a GPU process's threads found.
@@ -156,10 +158,14 @@ impl ProcessSource {
             }
             Err(_) => None,
         };
+        let cpu_wait_ns = std::fs::read_to_string(self.proc_path(pid, "schedstat"))
+            .ok()
+            .and_then(|text| procfs::parse_schedstat_wait(&text).ok());
         Ticks {
             cpu: stat.utime + stat.stime,
             blkio: stat.blkio_ticks,
             read_bytes,
+            cpu_wait_ns,
         }
     }
 
@@ -200,6 +206,8 @@ impl ProcessSource {
         let descendants = self.trees.descendants(pid, stat.starttime, now);
         let workers = self.workers(&descendants, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
+        let main_wait = since.and_then(|(seconds, before)| cpu_wait(&ticks, &before, seconds));
+        let cpu_wait_ratio = main_wait.zip(workers.cpu_wait_ratio).map(|(m, w)| m + w);
         Ok(Some(ProcessContext {
             pid,
             ppid: stat.ppid,
@@ -216,11 +224,15 @@ impl ProcessSource {
                 ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds
             }),
             busiest_thread_ratio: busiest,
+            cpu_wait_ratio,
             voluntary_switches: status.voluntary_switches,
             involuntary_switches: status.involuntary_switches,
             blkio_delay_seconds: delay_accounting.then(|| stat.blkio_ticks as f64 / USER_HZ),
             read_bytes: ticks.read_bytes,
-            allowed_cpus: status.allowed_cpus.len() as u32,
+            allowed_cpus: status.allowed_cpus,
+            // Known once every GPU process is read: see `share_cpus`.
+            others_cpu_ratio: None,
+            own_cpu_ratio: None,
             numa_nodes: nodes.into_iter().collect(),
             workers,
             descendants,
@@ -252,6 +264,7 @@ impl ProcessSource {
                 cpu: main.utime + main.stime,
                 blkio: 0,
                 read_bytes: None,
+                cpu_wait_ns: None,
             };
             main_share = self.since(main_key, now).map(|(seconds, before)| {
                 (ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds).min(1.0)
@@ -322,6 +335,7 @@ impl ProcessSource {
     ) -> WorkerSummary {
         let mut summary = WorkerSummary::default();
         let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
+        let mut waiting = Some(0.0);
         let mut all_have_rates = true;
         for &worker in descendants {
             // A worker that exited since discovery is simply not counted.
@@ -344,6 +358,9 @@ impl ProcessSource {
                     cpu += cores;
                     max_cpu = Some(max_cpu.map_or(cores, |m| m.max(cores)));
                     blkio += ticks.blkio.saturating_sub(before.blkio) as f64 / USER_HZ / seconds;
+                    waiting = waiting
+                        .zip(cpu_wait(&ticks, &before, seconds))
+                        .map(|(a, b)| a + b);
                     if let (Some(now_bytes), Some(then_bytes)) =
                         (ticks.read_bytes, before.read_bytes)
                     {
@@ -367,6 +384,7 @@ impl ProcessSource {
             summary.cpu_cores = Some(cpu);
             summary.max_cpu_ratio = Some(max_cpu.unwrap_or(0.0).min(1.0));
             summary.blkio_delay_ratio = delay_accounting.then_some(blkio);
+            summary.cpu_wait_ratio = waiting;
             summary.read_bytes_per_second = if summary.count == 0 {
                 Some(0.0)
             } else {
@@ -452,6 +470,9 @@ impl Source for ProcessSource {
                 .sum();
             Some(((rates.busy_ratio * cpus - trees?) / cpus).clamp(0.0, 1.0))
         });
+        if let Some(cpu) = &snapshot.cpu {
+            share_cpus(&mut contexts, &cpu.busy_by_cpu);
+        }
         snapshot.processes = contexts;
         if self.io_denied {
             snapshot.unsupported_signals.push(READ_BYTES_SIGNAL);
@@ -466,5 +487,51 @@ impl Source for ProcessSource {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// Seconds per second a task waited runnable for a CPU between two readings.
+fn cpu_wait(now: &Ticks, before: &Ticks, seconds: f64) -> Option<f64> {
+    Some(now.cpu_wait_ns?.saturating_sub(before.cpu_wait_ns?) as f64 / 1e9 / seconds)
+}
+
+/// Splits the busy time of the CPUs each GPU process may run on between the GPU process trees
+/// and everyone else: a rank pinned to a few CPUs starves when others take those CPUs, however
+/// idle the rest of the node is. A tree's CPU time is spread evenly over the CPUs it may run
+/// on (the kernel does not say where it ran). Nothing is set while some tree's CPU use is
+/// still unknown (first tick), so that its CPU is never counted as someone else's.
+pub fn share_cpus(contexts: &mut [ProcessContext], busy_by_cpu: &[(u32, f64)]) {
+    let busy: BTreeMap<u32, f64> = busy_by_cpu.iter().copied().collect();
+    let known_cpus = |c: &ProcessContext| -> Vec<u32> {
+        c.allowed_cpus
+            .iter()
+            .copied()
+            .filter(|id| busy.contains_key(id))
+            .collect()
+    };
+    let mut trees: BTreeMap<u32, f64> = BTreeMap::new();
+    for c in contexts.iter() {
+        let (Some(main), Some(workers)) = (c.cpu_cores, c.workers.cpu_cores) else {
+            return;
+        };
+        let cpus = known_cpus(c);
+        for id in &cpus {
+            *trees.entry(*id).or_default() += (main + workers) / cpus.len() as f64;
+        }
+    }
+    for c in contexts.iter_mut() {
+        let cpus = known_cpus(c);
+        if cpus.is_empty() {
+            continue;
+        }
+        let count = cpus.len() as f64;
+        let (mut own, mut others) = (0.0, 0.0);
+        for id in &cpus {
+            let trees_here = trees.get(id).copied().unwrap_or(0.0).min(busy[id]);
+            own += trees_here;
+            others += busy[id] - trees_here;
+        }
+        c.own_cpu_ratio = Some((own / count).clamp(0.0, 1.0));
+        c.others_cpu_ratio = Some((others / count).clamp(0.0, 1.0));
     }
 }

@@ -135,6 +135,17 @@ pub fn parse_io_read_bytes(text: &str) -> Result<u64, String> {
         .map_err(|_| "read_bytes is not a number".to_string())
 }
 
+/// Parses a `schedstat` file (`run ns, run-queue wait ns, timeslices`): the nanoseconds the
+/// task has waited runnable for a CPU (readable for any process, no privilege needed).
+pub fn parse_schedstat_wait(text: &str) -> Result<u64, String> {
+    let wait = text
+        .split_ascii_whitespace()
+        .nth(1)
+        .ok_or("schedstat: fewer than 2 fields")?;
+    wait.parse()
+        .map_err(|_| format!("schedstat: not a number: {wait:?}"))
+}
+
 /// Parses a `children` file: the pids of a task's children, space separated.
 pub fn parse_children(text: &str) -> Result<Vec<u32>, String> {
     text.split_ascii_whitespace()

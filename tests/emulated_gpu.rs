@@ -1,0 +1,120 @@
+//! The emulated GPU end to end: a real Python process drives `workloads/emugpu.py`, the fake
+//! NVML reads its timeline, and the exporter reports what the process actually did: busy
+//! time, SM activity, memory, the process itself, and CUDA's two ways of waiting.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::exposition::value;
+use common::{Scenario, TempDir};
+
+/// A Python process using the emulated GPU of `timelines`, running `body` (emugpu imported,
+/// the GPU opened as `gpu`).
+fn python(timelines: &TempDir, sync: &str, body: &str) -> Child {
+    let script = format!(
+        "import sys, time\nsys.path.insert(0, {workloads:?})\nimport emugpu\ngpu = emugpu.open_gpu(0, sync={sync:?})\n{body}",
+        workloads = common::repo_root().join("workloads").to_string_lossy(),
+    );
+    Command::new("python3")
+        .args(["-c", &script])
+        .env("EMUGPU_DIR", timelines.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("python3")
+}
+
+/// Kills the Python process when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scenario(timelines: &TempDir) -> Scenario {
+    Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
+        timelines.path().join("gpu0.timeline").display()
+    ))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+#[test]
+fn the_exporter_sees_what_the_workload_did_on_the_emulated_gpu() {
+    let timelines = TempDir::new("timelines");
+    let scenario = scenario(&timelines);
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    let gpu = [("uuid", "GPU-emulated")];
+    // Nothing has used the GPU yet: idle, empty, no process.
+    let page = exporter.metrics_when(|m| value(m, "gpu_processes", &gpu).is_some());
+    assert_eq!(value(&page, "gpu_processes", &gpu), Some(0.0));
+    assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(0.0));
+
+    // 100 ms kernels on a quarter of the SMs, then 100 ms of host work: half busy.
+    let workload = Reaped(python(
+        &timelines,
+        "blocking",
+        "gpu.alloc(8 << 30)\nwhile True:\n    gpu.launch(0.1, sm=0.25)\n    gpu.synchronize()\n    time.sleep(0.1)\n",
+    ));
+    let pid = workload.0.id().to_string();
+    let page = exporter.metrics_when(|m| {
+        value(m, "gpu_processes", &gpu) == Some(1.0)
+            && value(m, "gpu_sm_activity_ratio", &gpu).is_some_and(|s| s > 0.0)
+            && value(m, "gpu_process_sm_utilization_ratio", &[("pid", &pid)])
+                .is_some_and(|s| s > 0.0)
+    });
+    // The context (512 MiB) and the allocation, exactly.
+    assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(8.5 * GIB));
+    assert_eq!(
+        value(&page, "gpu_process_memory_used_bytes", &[("pid", &pid)]),
+        Some(8.5 * GIB)
+    );
+    // Busy half the time, a quarter of the SMs while busy: an eighth of SM activity. A tick
+    // covers about one period, so allow for where its edges fall.
+    let busy = value(&page, "gpu_busy_mean_ratio", &gpu).unwrap();
+    assert!((0.3..=0.7).contains(&busy), "busy {busy}");
+    let sm = value(&page, "gpu_sm_activity_ratio", &gpu).unwrap();
+    assert!((0.06..=0.19).contains(&sm), "SM activity {sm}");
+    let process_sm = value(&page, "gpu_process_sm_utilization_ratio", &[("pid", &pid)]).unwrap();
+    assert!((0.2..=0.8).contains(&process_sm), "process SM {process_sm}");
+
+    // The process exits: the driver forgets it and its memory.
+    drop(workload);
+    let page = exporter.metrics_when(|m| value(m, "gpu_processes", &gpu) == Some(0.0));
+    assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(0.0));
+}
+
+/// CUDA's spin wait keeps the synchronizing thread on its core; blocking sync sleeps. Both
+/// loops do the same GPU work; only the busiest thread tells them apart.
+#[test]
+fn a_spin_wait_burns_the_waiting_thread_and_a_blocking_one_sleeps() {
+    let busiest = |sync: &str| {
+        let timelines = TempDir::new("timelines");
+        let scenario = scenario(&timelines);
+        let exporter = scenario.start(&common::fake_nvml(false), "");
+        let workload = Reaped(python(
+            &timelines,
+            sync,
+            "while True:\n    gpu.launch(0.2)\n    gpu.synchronize()\n",
+        ));
+        let pid = workload.0.id().to_string();
+        let thread = [("pid", pid.as_str())];
+        // Past the first readings of the thread, which cover its start-up.
+        let readings = std::cell::Cell::new(0);
+        let page = exporter.metrics_when(|m| {
+            if value(m, "gpu_process_busiest_thread_cpu_ratio", &thread).is_some() {
+                readings.set(readings.get() + 1);
+            }
+            readings.get() >= 3
+        });
+        value(&page, "gpu_process_busiest_thread_cpu_ratio", &thread).unwrap()
+    };
+    let spin = busiest("spin");
+    assert!(spin >= 0.8, "a spin wait used {spin} of a core");
+    let blocking = busiest("blocking");
+    assert!(blocking <= 0.3, "a blocking wait used {blocking} of a core");
+}

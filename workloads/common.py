@@ -1,0 +1,255 @@
+"""What every workload shares: a JPEG dataset on disk, a data loader shaped like PyTorch's,
+CPU work, and the training loop on the GPU of emugpu.py (emulated, or real with --real).
+
+The loader is torch.utils.data.DataLoader when torch can be imported, else the same shape
+built from multiprocessing: worker processes forked from the main one, each with its own index
+queue and a feeder thread, results on one queue the main thread drains, two batches prefetched
+per worker. Samples are read from disk and decoded with Pillow for real.
+"""
+
+import argparse
+import io
+import mmap
+import multiprocessing
+import os
+import random
+import time
+
+from PIL import Image, ImageFilter
+
+import emugpu
+
+BLOCK = 4096
+DEFAULT_DATA = os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads")
+
+
+def arguments(description, argv=None):
+    """The options every workload takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--real", action="store_true", help="train on a real GPU with CUDA PyTorch")
+    parser.add_argument("--gpu", type=int, default=0, help="GPU index")
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long to train")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="dataset cache directory (on disk, not tmpfs)")
+    return parser.parse_args(argv)
+
+
+# -- the dataset ------------------------------------------------------------------------------
+
+
+def dataset(root, name, count, width, height, quality=90):
+    """`count` JPEG files of `width` x `height` under root/name, made once and kept: photo-like
+    content (smooth colour fields with grain) so that decoding costs what a photo's does."""
+    directory = os.path.join(root, name)
+    done = os.path.join(directory, ".complete")
+    files = [os.path.join(directory, f"{i:06d}.jpg") for i in range(count)]
+    if os.path.exists(done):
+        return files
+    os.makedirs(directory, exist_ok=True)
+    rng = random.Random(7)
+    grain = Image.effect_noise((width, height), 24).convert("RGB")
+    for path in files:
+        seed = bytes(rng.getrandbits(8) for _ in range(8 * 8 * 3))
+        base = Image.frombytes("RGB", (8, 8), seed).resize((width, height), Image.BICUBIC)
+        Image.blend(base, grain, 0.25).save(path, quality=quality)
+    open(done, "w").close()
+    return files
+
+
+def read_direct(path, chunk=BLOCK):
+    """Reads a file with O_DIRECT in `chunk`-byte reads: every read goes to the device, none to
+    the page cache (as a dataset far larger than memory, or on network storage, behaves)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        # A filesystem without direct I/O (tmpfs): drop the cached pages and read.
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    try:
+        size = os.fstat(fd).st_size
+        buffer = mmap.mmap(-1, max(BLOCK, -(-size // BLOCK) * BLOCK))  # page-aligned
+        view = memoryview(buffer)
+        offset = 0
+        while offset < size:
+            got = os.preadv(fd, [view[offset : offset + chunk]], offset)
+            if got <= 0:
+                break
+            offset += got
+        data = bytes(view[:size])
+        view.release()
+        buffer.close()
+        return data
+    finally:
+        os.close(fd)
+
+
+class Images:
+    """A map-style dataset: sample i is file i read, decoded and augmented."""
+
+    def __init__(self, files, out=112, direct=False, blur=0.0, chunk=BLOCK):
+        self.files, self.out, self.direct, self.blur, self.chunk = files, out, direct, blur, chunk
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        if self.direct:
+            data = read_direct(self.files[i], self.chunk)
+        else:
+            with open(self.files[i], "rb") as f:
+                data = f.read()
+        image = Image.open(io.BytesIO(data)).convert("RGB")
+        # RandomResizedCrop + RandomHorizontalFlip, as torchvision's ImageNet recipe.
+        w, h = image.size
+        side = int(min(w, h) * random.uniform(0.5, 1.0))
+        x, y = random.randint(0, w - side), random.randint(0, h - side)
+        image = image.crop((x, y, x + side, y + side))
+        if self.blur:
+            image = image.filter(ImageFilter.GaussianBlur(self.blur))
+        image = image.resize((self.out, self.out), Image.BILINEAR)
+        if random.random() < 0.5:
+            image = image.transpose(Image.FLIP_LEFT_RIGHT)
+        return image.tobytes()
+
+
+# -- the loader -------------------------------------------------------------------------------
+
+
+def _as_list(batch):
+    return batch
+
+
+def _worker(images, indices, results):
+    random.seed(os.getpid())
+    while True:
+        job = indices.get()
+        if job is None:
+            return
+        number, chosen = job
+        results.put((number, [images[i] for i in chosen]))
+
+
+class Loader:
+    """Endless batches of `images`, shaped like DataLoader(num_workers=workers,
+    prefetch_factor=2, shuffle=True)."""
+
+    def __init__(self, images, batch_size, workers, use_torch=None):
+        self.images, self.batch_size, self.workers = images, batch_size, workers
+        if use_torch is None:
+            try:
+                import torch.utils.data  # noqa: F401
+
+                use_torch = True
+            except ImportError:
+                use_torch = False
+        self.use_torch = use_torch
+
+    def __iter__(self):
+        if self.workers == 0:
+            while True:
+                chosen = random.sample(range(len(self.images)), self.batch_size)
+                yield [self.images[i] for i in chosen]
+        elif self.use_torch:
+            yield from self._torch()
+        else:
+            yield from self._processes()
+
+    def _torch(self):
+        import torch.utils.data
+
+        loader = torch.utils.data.DataLoader(
+            self.images,
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.workers,
+            collate_fn=_as_list,
+            persistent_workers=True,
+            prefetch_factor=2,
+            multiprocessing_context="fork",
+        )
+        while True:
+            yield from loader
+
+    def _processes(self):
+        context = multiprocessing.get_context("fork")
+        results = context.Queue()
+        queues = [context.Queue() for _ in range(self.workers)]
+        workers = [
+            context.Process(target=_worker, args=(self.images, q, results), daemon=True)
+            for q in queues
+        ]
+        for w in workers:
+            w.start()
+        sent = 0
+
+        def send():
+            nonlocal sent
+            chosen = random.sample(range(len(self.images)), self.batch_size)
+            queues[sent % self.workers].put((sent, chosen))
+            sent += 1
+
+        try:
+            for _ in range(2 * self.workers):
+                send()
+            while True:
+                _, batch = results.get()
+                send()
+                yield batch
+        finally:
+            for q in queues:
+                q.put(None)
+            for w in workers:
+                w.join(timeout=1)
+                if w.is_alive():
+                    w.terminate()
+
+
+# -- the host and the GPU ---------------------------------------------------------------------
+
+
+def burn(seconds):
+    """Python work on the calling thread for `seconds` (metrics, logging, a CPU-side op)."""
+    deadline = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < deadline:
+        for i in range(200):
+            x += i * i
+    return x
+
+
+def model(gpu, share=0.3):
+    """Weights, gradients, optimizer state and activations: `share` of the device's memory."""
+    gpu.alloc(max(0, int(share * gpu.memory_total) - gpu.memory_used()))
+
+
+def train(
+    gpu,
+    loader,
+    seconds,
+    step_seconds,
+    kernels=8,
+    sm=0.9,
+    dram=0.4,
+    item_every=10,
+    host_seconds=0.0,
+    on_step=None,
+):
+    """The training loop: per batch, a host-to-device copy, the step's kernels (forward,
+    backward, optimizer: `kernels` of `step_seconds` in all), `host_seconds` of Python work, and
+    loss.item() every `item_every` steps (0: never). Returns the steps done."""
+    deadline = time.monotonic() + seconds
+    steps = 0
+    batches = iter(loader)
+    while time.monotonic() < deadline:
+        next(batches)
+        gpu.launch(step_seconds * 0.02, sm=0.05, dram=0.6)  # the batch's host-to-device copy
+        for _ in range(kernels):
+            gpu.launch(step_seconds / kernels, sm=sm, tensor=sm * 0.6, dram=dram)
+        steps += 1
+        if item_every and steps % item_every == 0:
+            gpu.item()
+        if host_seconds:
+            burn(host_seconds)
+        if on_step:
+            on_step(steps)
+    gpu.synchronize()
+    return steps

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Runs the workload suite against the release exporter and prints a confusion table.
+
+Each workload (a script in this directory declaring GPUS and EXPECT) trains for --seconds on
+the emulated GPUs of the fake NVML (or, with --real, on the node's GPUs through the real NVML)
+while the exporter samples every second; the runner reads /api/v1/diagnosis every second and
+reports, per expected GPU: the primary verdict at the end, seconds until the expected verdict
+first came out, how often the primary verdict changed once one was reached, and the evidence.
+
+    python3 workloads/run.py                       # the whole suite (a benchmark: ~20 min)
+    python3 workloads/run.py --fast                # the subset the test command runs
+    python3 workloads/run.py --only host_bound_no_workers,healthy_busy --seconds 40
+    python3 workloads/run.py --real                # on a node with NVIDIA GPUs and CUDA PyTorch
+
+Exit status: 1 when a workload's verdict differs from its expectation and --strict is given.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+# The subset the test command runs: one per family of signal (the GPU timeline's shape and
+# SM activity, the main thread, CUDA's blocking wait, the process table), each decided well
+# inside its time.
+FAST = [
+    "idle_holder",
+    "host_bound_no_workers",
+    "sync_stall_item_blocking",
+    "kernel_efficiency_tiny_kernels",
+    "contention_two_jobs",
+]
+
+
+def workloads():
+    """Every workload script: name -> module (imported for GPUS and EXPECT, not run)."""
+    found = {}
+    for file in sorted(os.listdir(HERE)):
+        name, ext = os.path.splitext(file)
+        if ext != ".py" or name in ("run", "common", "emugpu"):
+            continue
+        module = importlib.import_module(name)
+        if hasattr(module, "EXPECT"):
+            found[name] = module
+    return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scenario(gpus, timelines):
+    """A node of emulated H100s, each answering from its timeline file."""
+    devices = []
+    for i in range(gpus):
+        devices.append(
+            "\n".join(
+                [
+                    f"  - uuid: GPU-e0000000-0000-0000-0000-00000000000{i}",
+                    f"    pci_bus_id: '00000000:{0x17 + i:02X}:00.0'",
+                    f"    timeline: {os.path.join(timelines, f'gpu{i}.timeline')}",
+                ]
+            )
+        )
+    return "devices:\n" + "\n".join(devices) + "\n"
+
+
+def config(port, library, window, min_duration):
+    return (
+        f"listen_address: 127.0.0.1:{port}\n"
+        "sample_interval: 1s\n"
+        "log_level: warn\n"
+        "sources:\n"
+        f"  gpu: {{nvml_library: {library}}}\n"
+        "  kubernetes: {enabled: false}\n"
+        "analysis:\n"
+        f"  window: {window}s\n"
+        f"  min_duration: {min_duration}s\n"
+    )
+
+
+def diagnosis(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/diagnosis", timeout=5) as r:
+        return json.load(r)
+
+
+def evidence(gpu):
+    """The evidence of the primary verdict, strongest first: `name=value`."""
+    for kind in gpu["kinds"]:
+        if kind["kind"] == gpu["primary"]:
+            items = sorted(kind["evidence"], key=lambda e: -e["strength"])
+            return ", ".join(
+                f"{e['input']}={e['value']:.2f}" + (f" ({e['detail']})" if e.get("detail") else "")
+                for e in items
+                if e["strength"] >= 0.5
+            )
+    figures = {k["kind"]: k.get("score") for k in gpu["kinds"]}
+    strongest = max(((s, k) for k, s in figures.items() if s is not None), default=None)
+    return f"strongest score: {strongest[1]} {strongest[0]:.2f}" if strongest else ""
+
+
+def stop(process):
+    """Stops a process and everything in its session (loader workers, hogs, storms)."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def run_one(name, module, args):
+    """Runs one workload; returns a result row per expected GPU."""
+    work = tempfile.mkdtemp(prefix=f"workload-{name}-")
+    timelines = os.path.join(work, "timelines")
+    os.makedirs(timelines)
+    port = free_port()
+    env = dict(os.environ)
+    if args.real:
+        library = "libnvidia-ml.so.1"
+    else:
+        library = args.nvml_library
+        with open(os.path.join(work, "scenario.yaml"), "w") as f:
+            f.write(scenario(module.GPUS, timelines))
+        env["FAKE_NVML_SCENARIO"] = os.path.join(work, "scenario.yaml")
+    with open(os.path.join(work, "config.yaml"), "w") as f:
+        f.write(config(port, library, args.window, args.min_duration))
+    env["EMUGPU_DIR"] = timelines
+    log = open(os.path.join(work, "exporter.log"), "w")
+    exporter = subprocess.Popen(
+        [args.exporter, "--config", os.path.join(work, "config.yaml")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    # The workload would train longer: the verdict at the end is read while it still runs.
+    command = [sys.executable, os.path.join(HERE, f"{name}.py"), "--seconds", str(args.seconds + 30)]
+    command += ["--data", args.data] + (["--real"] if args.real else [])
+    workload_log = open(os.path.join(work, "workload.log"), "w")
+    history = {gpu: [] for gpu in module.EXPECT}
+    last = {}
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                diagnosis(port)
+                break
+            except OSError:
+                if time.monotonic() > deadline or exporter.poll() is not None:
+                    raise RuntimeError(f"exporter did not start; see {log.name}")
+                time.sleep(0.2)
+        started = time.monotonic()
+        workload = subprocess.Popen(
+            command, env=env, stdout=workload_log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            trace = open(os.path.join(work, "diagnosis.jsonl"), "w")
+            while workload.poll() is None and time.monotonic() - started < args.seconds:
+                time.sleep(1)
+                at = time.monotonic() - started
+                answer = diagnosis(port)
+                trace.write(json.dumps({"at": at, **answer}) + "\n")
+                for gpu in answer["gpus"]:
+                    if gpu["gpu"] in history:
+                        history[gpu["gpu"]].append((at, gpu["primary"]))
+                        last[gpu["gpu"]] = gpu
+        finally:
+            stop(workload)
+    finally:
+        stop(exporter)
+    if workload.returncode not in (0, -signal.SIGTERM):
+        print(f"  {name}: workload exited {workload.returncode}; see {workload_log.name}", file=sys.stderr)
+    print(f"  {name}: logs and the verdicts of every second in {work}", file=sys.stderr)
+    rows = []
+    for gpu, expected in module.EXPECT.items():
+        seen = history[gpu]
+        reached = next((at for at, primary in seen if primary == expected), None)
+        decided = [p for _, p in seen if p != "undetermined"]
+        flips = sum(1 for a, b in zip(decided, decided[1:]) if a != b)
+        final = seen[-1][1] if seen else "none"
+        rows.append(
+            {
+                "workload": name,
+                "gpu": gpu,
+                "expected": expected,
+                "primary": final,
+                "ok": final == expected,
+                "seconds_to_verdict": reached,
+                "flips": flips,
+                "evidence": evidence(last[gpu]) if gpu in last else "",
+            }
+        )
+    return rows
+
+
+def table(rows):
+    lines = [
+        "| workload | GPU | expected | primary at the end | s to verdict | flips | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mark = "" if r["ok"] else " ✗"
+        seconds = "-" if r["seconds_to_verdict"] is None else f"{r['seconds_to_verdict']:.0f}"
+        lines.append(
+            f"| {r['workload']} | {r['gpu']} | {r['expected']} | {r['primary']}{mark} | {seconds} "
+            f"| {r['flips']} | {r['evidence']} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--real", action="store_true", help="real GPUs, real NVML, CUDA PyTorch")
+    parser.add_argument("--fast", action="store_true", help="the subset the test command runs, with a 12 s window")
+    parser.add_argument("--only", default="", help="comma-separated workload names")
+    parser.add_argument("--seconds", type=float, help="training time per workload (default 60, --fast 25)")
+    parser.add_argument("--window", type=int, help="analysis window in seconds (default 30, --fast 12)")
+    parser.add_argument("--min-duration", type=int, help="analysis min_duration in seconds (default 10, --fast 4)")
+    parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
+    parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
+    parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")
+    args = parser.parse_args()
+    args.seconds = args.seconds or (25.0 if args.fast else 60.0)
+    args.window = args.window or (12 if args.fast else 30)
+    args.min_duration = args.min_duration or (4 if args.fast else 10)
+
+    suite = workloads()
+    chosen = [n for n in args.only.split(",") if n] or (FAST if args.fast else list(suite))
+    unknown = [n for n in chosen if n not in suite]
+    if unknown:
+        parser.error(f"no such workload: {', '.join(unknown)} (have: {', '.join(suite)})")
+    rows = []
+    for name in chosen:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        rows += run_one(name, suite[name], args)
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.strict and not all(r["ok"] for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

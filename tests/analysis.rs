@@ -345,6 +345,27 @@ fn data_cpu_from_the_jobs_own_share_of_its_cpus() {
     });
 }
 
+/// A loader blocked on storage on a VM whose hypervisor steals a fifth of the CPU: its threads
+/// do not wait for a CPU, so the steal is not what holds it back.
+#[test]
+fn cpu_taken_by_others_is_contention_only_while_the_job_waits_for_cpu() {
+    let storage_bound = |o: &mut GpuObservation| {
+        o.busy = Some(0.3);
+        o.workers_disk_wait = Some(3);
+        o.iowait = Some(0.2);
+        o.steal = Some(0.22);
+        o.cpu_wait = Some(0.02);
+    };
+    fires(Kind::DataIo, storage_bound);
+    does_not_fire(Kind::Contention, storage_bound);
+    // The same steal while the job's threads queue for a CPU is contention.
+    fires(Kind::Contention, |o| {
+        o.busy = Some(0.3);
+        o.steal = Some(0.22);
+        o.cpu_wait = Some(1.5);
+    });
+}
+
 #[test]
 fn contention() {
     // Owners unknown (no host context): three processes are enough of a hint.

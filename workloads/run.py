@@ -5,7 +5,7 @@ Each workload (a script in this directory declaring GPUS and EXPECT) trains for 
 the emulated GPUs of the fake NVML (or, with --real, on the node's GPUs through the real NVML)
 while the exporter samples every second; the runner reads /api/v1/diagnosis every second and
 reports, per expected GPU: the primary verdict at the end, seconds until the expected verdict
-first came out, how often the primary verdict changed once one was reached, and the evidence.
+first came out, how often the primary verdict changed once it was reached, and the evidence.
 
     python3 workloads/run.py                       # the whole suite (a benchmark: ~20 min)
     python3 workloads/run.py --fast                # the subset the test command runs
@@ -98,7 +98,8 @@ def diagnosis(port):
 
 
 def evidence(gpu):
-    """The evidence of the primary verdict, strongest first: `name=value`."""
+    """The evidence of the primary verdict, strongest first: `name=value`; for busy, idle and
+    undetermined (no bottleneck, no evidence) the GPU's busy fraction and SM activity."""
     for kind in gpu["kinds"]:
         if kind["kind"] == gpu["primary"]:
             items = sorted(kind["evidence"], key=lambda e: -e["strength"])
@@ -107,9 +108,8 @@ def evidence(gpu):
                 for e in items
                 if e["strength"] >= 0.5
             )
-    figures = {k["kind"]: k.get("score") for k in gpu["kinds"]}
-    strongest = max(((s, k) for k, s in figures.items() if s is not None), default=None)
-    return f"strongest score: {strongest[1]} {strongest[0]:.2f}" if strongest else ""
+    inputs = {e["input"]: e["value"] for k in gpu["kinds"] for e in k["evidence"]}
+    return ", ".join(f"{name}={inputs[name]:.2f}" for name in ("gpu_busy", "sm_activity") if name in inputs)
 
 
 def stop(process):
@@ -127,8 +127,35 @@ def stop(process):
     process.wait()
 
 
+def real_gpus():
+    """GPUs on this node, as `nvidia-smi -L` lists them (0 without a driver)."""
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def skipped(name, module, why):
+    return [
+        {
+            "workload": name,
+            "gpu": gpu,
+            "expected": expected,
+            "primary": f"skipped: {why}",
+            "ok": True,
+            "seconds_to_verdict": None,
+            "flips": 0,
+            "evidence": "",
+        }
+        for gpu, expected in module.EXPECT.items()
+    ]
+
+
 def run_one(name, module, args):
     """Runs one workload; returns a result row per expected GPU."""
+    if args.real and module.GPUS > args.real_gpus:
+        return skipped(name, module, f"needs {module.GPUS} GPUs, this node has {args.real_gpus}")
     work = tempfile.mkdtemp(prefix=f"workload-{name}-")
     timelines = os.path.join(work, "timelines")
     os.makedirs(timelines)
@@ -194,8 +221,14 @@ def run_one(name, module, args):
     for gpu, expected in module.EXPECT.items():
         seen = history[gpu]
         reached = next((at for at, primary in seen if primary == expected), None)
-        decided = [p for _, p in seen if p != "undetermined"]
-        flips = sum(1 for a, b in zip(decided, decided[1:]) if a != b)
+        # Flips: changes of the primary verdict once it reached the expected one (or, where it
+        # never did, once it left undetermined): flapping, not the latches' entry delay.
+        start = next(
+            (i for i, (_, p) in enumerate(seen) if p == expected),
+            next((i for i, (_, p) in enumerate(seen) if p != "undetermined"), len(seen)),
+        )
+        settled = [p for _, p in seen[start:]]
+        flips = sum(1 for a, b in zip(settled, settled[1:]) if a != b)
         final = seen[-1][1] if seen else "none"
         rows.append(
             {
@@ -245,6 +278,7 @@ def main():
     args.window = args.window or (12 if args.fast else 30)
     args.min_duration = args.min_duration or (4 if args.fast else 10)
 
+    args.real_gpus = real_gpus() if args.real else 0
     suite = workloads()
     chosen = [n for n in args.only.split(",") if n] or (FAST if args.fast else list(suite))
     unknown = [n for n in chosen if n not in suite]

@@ -1,5 +1,5 @@
-"""loss.item() every step with CUDA's blocking wait: the host waits for the GPU to drain, then
-the GPU waits while the host does its per-step Python work (metrics, logging)."""
+"""loss.item() every step with blocking sync: the host sleeps until the GPU drains, then the
+GPU waits while the host does its per-step Python work (metrics, logging)."""
 import common
 import emugpu
 
@@ -7,10 +7,10 @@ GPUS = 1
 EXPECT = {0: "sync_stall"}
 
 
-def main(argv=None):
+def main(argv=None, sync="blocking"):
     args = common.arguments(__doc__, argv)
     files = common.dataset(args.data, "small", 2000, 96, 96)
-    gpu = emugpu.open_gpu(args.gpu, args.real, sync="blocking")
+    gpu = emugpu.open_gpu(args.gpu, args.real, sync=sync)
     common.model(gpu)
     loader = common.Loader(common.Images(files), batch_size=16, workers=2)
     common.train(gpu, loader, args.seconds, step_seconds=0.05, item_every=1, host_seconds=0.03)

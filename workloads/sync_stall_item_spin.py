@@ -1,20 +1,9 @@
-"""loss.item() every step with CUDA's spin wait: the host waits for the GPU to drain, then
-the GPU waits while the host does its per-step Python work (metrics, logging)."""
-import common
-import emugpu
+"""loss.item() every step with CUDA's default spin wait: the same loop as
+sync_stall_item_blocking, but the main thread stays on its core while it waits."""
+import sync_stall_item_blocking
 
 GPUS = 1
 EXPECT = {0: "sync_stall"}
 
-
-def main(argv=None):
-    args = common.arguments(__doc__, argv)
-    files = common.dataset(args.data, "small", 2000, 96, 96)
-    gpu = emugpu.open_gpu(args.gpu, args.real, sync="spin")
-    common.model(gpu)
-    loader = common.Loader(common.Images(files), batch_size=16, workers=2)
-    common.train(gpu, loader, args.seconds, step_seconds=0.05, item_every=1, host_seconds=0.03)
-
-
 if __name__ == "__main__":
-    main()
+    sync_stall_item_blocking.main(sync="spin")

@@ -54,18 +54,25 @@ fn the_exporter_sees_what_the_workload_did_on_the_emulated_gpu() {
     assert_eq!(value(&page, "gpu_processes", &gpu), Some(0.0));
     assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(0.0));
 
-    // 100 ms kernels on a quarter of the SMs, then 100 ms of host work: half busy.
+    // 20 ms kernels on a quarter of the SMs, then 20 ms of host work: half busy, several
+    // periods in every 1/6 s sample and every 200 ms tick.
     let workload = Reaped(python(
         &timelines,
         "blocking",
-        "gpu.alloc(8 << 30)\nwhile True:\n    gpu.launch(0.1, sm=0.25)\n    gpu.synchronize()\n    time.sleep(0.1)\n",
+        "gpu.alloc(8 << 30)\nwhile True:\n    gpu.launch(0.02, sm=0.25)\n    gpu.synchronize()\n    time.sleep(0.02)\n",
     ));
     let pid = workload.0.id().to_string();
+    // A second into the loop: past the readings that cover the process's start-up.
+    let working = std::cell::Cell::new(None::<std::time::Instant>);
     let page = exporter.metrics_when(|m| {
-        value(m, "gpu_processes", &gpu) == Some(1.0)
-            && value(m, "gpu_sm_activity_ratio", &gpu).is_some_and(|s| s > 0.0)
-            && value(m, "gpu_process_sm_utilization_ratio", &[("pid", &pid)])
-                .is_some_and(|s| s > 0.0)
+        let sm = value(m, "gpu_process_sm_utilization_ratio", &[("pid", &pid)]);
+        if sm.is_some_and(|s| s > 0.0) && working.get().is_none() {
+            working.set(Some(std::time::Instant::now()));
+        }
+        working
+            .get()
+            .is_some_and(|since| since.elapsed().as_secs_f64() > 1.2)
+            && sm.is_some_and(|s| s > 0.0)
     });
     // The context (512 MiB) and the allocation, exactly.
     assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(8.5 * GIB));
@@ -73,14 +80,16 @@ fn the_exporter_sees_what_the_workload_did_on_the_emulated_gpu() {
         value(&page, "gpu_process_memory_used_bytes", &[("pid", &pid)]),
         Some(8.5 * GIB)
     );
-    // Busy half the time, a quarter of the SMs while busy: an eighth of SM activity. A tick
-    // covers about one period, so allow for where its edges fall.
+    // Busy half the time, a quarter of the SMs while busy: an eighth of SM activity (less the
+    // wake-up latency of each synchronize and sleep).
     let busy = value(&page, "gpu_busy_mean_ratio", &gpu).unwrap();
     assert!((0.3..=0.7).contains(&busy), "busy {busy}");
     let sm = value(&page, "gpu_sm_activity_ratio", &gpu).unwrap();
     assert!((0.06..=0.19).contains(&sm), "SM activity {sm}");
     let process_sm = value(&page, "gpu_process_sm_utilization_ratio", &[("pid", &pid)]).unwrap();
     assert!((0.2..=0.8).contains(&process_sm), "process SM {process_sm}");
+    let util = value(&page, "gpu_utilization_ratio", &gpu).unwrap();
+    assert!((0.3..=0.7).contains(&util), "GPU-Util {util}");
 
     // The process exits: the driver forgets it and its memory.
     drop(workload);

@@ -287,6 +287,8 @@ pub struct Sources {
     pub gpu: GpuSource,
     /// Host context of each GPU process: its workers, cgroup, NUMA placement.
     pub process: ProcessSource,
+    /// Python stacks of the GPU processes: where each training loop's main thread waits.
+    pub stacks: StacksSource,
     /// Pod attribution through the kubelet's pod-resources socket.
     pub kubernetes: KubernetesSource,
 }
@@ -341,6 +343,27 @@ impl Default for ProcessSource {
             enabled: true,
             discovery_interval: ConfigDuration(Duration::from_secs(5)),
             thread_interval: ConfigDuration(Duration::from_secs(15)),
+        }
+    }
+}
+
+/// Settings of the Python-stacks source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StacksSource {
+    /// Whether GPU processes' Python stacks are sampled (one sample of each main thread per
+    /// tick). Needs ptrace access to them (their user, or root with CAP_SYS_PTRACE); without it
+    /// the source reports itself unsupported and nothing else changes.
+    pub enabled: bool,
+    /// How far back the activity shares and top frames reach.
+    pub window: ConfigDuration,
+}
+
+impl Default for StacksSource {
+    fn default() -> Self {
+        StacksSource {
+            enabled: true,
+            window: ConfigDuration(Duration::from_secs(30)),
         }
     }
 }

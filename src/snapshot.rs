@@ -22,6 +22,9 @@ pub struct Snapshot {
     /// Host CPU busy outside the GPU process trees, as a share of all CPUs, over the last
     /// interval: other tenants competing with the data pipeline.
     pub other_cpu_ratio: Option<f64>,
+    /// Where each GPU process's main thread was over the stack window, by pid (Python
+    /// processes the exporter may read; empty without ptrace access).
+    pub stacks: Vec<ProcessStacks>,
     /// Signals a source could not read on this tick for lack of privilege (e.g.
     /// `process_read_bytes` without CAP_SYS_PTRACE for another user's process).
     pub unsupported_signals: Vec<&'static str>,
@@ -691,4 +694,77 @@ pub struct HttpCounters {
     /// Whether the last attempt to (re)load the web configuration file failed (the previous
     /// settings stay in force).
     pub web_config_reload_failed: bool,
+}
+
+/// What a training loop's main thread is doing in one stack sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Activity {
+    /// Waiting for the data loader (its iterator or its result queue).
+    DataLoader,
+    /// Synchronizing with the GPU (`.item()`, `.cpu()`, `synchronize`, blocking copies).
+    GpuSync,
+    /// In a collective (`torch.distributed` all-reduce, barrier, ...).
+    Collective,
+    /// Running Python code: the model, the optimizer, kernel launches.
+    Python,
+    /// Anything else (sleeping, blocked outside those).
+    Other,
+}
+
+impl Activity {
+    /// Every activity, in label order.
+    pub const ALL: [Activity; 5] = [
+        Activity::DataLoader,
+        Activity::GpuSync,
+        Activity::Collective,
+        Activity::Python,
+        Activity::Other,
+    ];
+
+    /// The `activity` label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activity::DataLoader => "data_loader",
+            Activity::GpuSync => "gpu_sync",
+            Activity::Collective => "collective",
+            Activity::Python => "python",
+            Activity::Other => "other",
+        }
+    }
+}
+
+/// A frame seen innermost in the main thread's samples, with how often.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameShare {
+    /// Qualified function name (`EmulatedGPU.synchronize`).
+    pub function: String,
+    /// Source file and line (`/job/train.py:42`).
+    pub location: String,
+    /// What the samples it was seen in were classified as.
+    pub activity: Activity,
+    /// Share of the window's samples.
+    pub share: f64,
+}
+
+/// Where a GPU process's main thread was over the stack window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessStacks {
+    /// Process id.
+    pub pid: u32,
+    /// Samples in the window.
+    pub samples: u32,
+    /// Share of the samples per activity, in [`Activity::ALL`] order.
+    pub shares: [f64; 5],
+    /// The innermost frames seen most, most first (at most five).
+    pub top_frames: Vec<FrameShare>,
+}
+
+impl ProcessStacks {
+    /// The share of samples in `activity`.
+    pub fn share(&self, activity: Activity) -> f64 {
+        self.shares[Activity::ALL
+            .iter()
+            .position(|a| *a == activity)
+            .unwrap_or(0)]
+    }
 }

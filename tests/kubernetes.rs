@@ -577,6 +577,26 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             None,
             "{who}: the rank holds capabilities the exporter lacks"
         );
+        // The rank is a Python process of root's holding capabilities the exporter lacks: its
+        // stacks are refused in both runs, reported unsupported, and nothing else changes.
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_signal_supported",
+                &[("signal", "python_stacks")]
+            ),
+            Some(0.0),
+            "{who}: stacks need ptrace access"
+        );
+        assert_eq!(
+            value(
+                &page,
+                "gpu_process_activity_ratio",
+                &[("pid", &rank_pid), ("activity", "python")]
+            ),
+            None,
+            "{who}"
+        );
         let pod = value(&page, "gpu_pod_info", &[("gpu", "0"), ("pod", "train-0")]);
         if who == "nobody" {
             assert_eq!(read_bytes(&capless_pid), None, "root's io is not nobody's");

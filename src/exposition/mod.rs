@@ -216,6 +216,7 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
         gpu::gpu_families(gpu, &snapshot.node, &mut out);
         gpu::pod_families(gpu, &mut out);
         process::process_context_families(gpu, &snapshot.processes, &mut out);
+        process::process_stack_families(gpu, &snapshot.stacks, &mut out);
     }
     verdict::verdict_families(&snapshot.verdicts, snapshot.gpu.as_ref(), &mut out);
     if let Some(ratio) = snapshot.other_cpu_ratio {

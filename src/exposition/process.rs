@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::gpu::{gpu_key, key_and, per_gpu};
 use super::*;
-use crate::snapshot::{GpuSnapshot, ProcessContext};
+use crate::snapshot::{Activity, GpuSnapshot, ProcessContext, ProcessStacks};
 
 /// Process states as labelled, and the /proc letters that map to each.
 const PROCESS_STATES: [(&str, &[char]); 6] = [
@@ -20,6 +20,31 @@ const PROCESS_STATES: [(&str, &[char]); 6] = [
 /// The four labels of a GPU process series plus one more.
 fn and<'a>(base: &[&'a str; 4], extra: &'a str) -> [&'a str; 5] {
     [base[0], base[1], base[2], base[3], extra]
+}
+
+/// Where each GPU process's main thread was over the stack window: one series per activity
+/// (a fixed set of five), for the processes whose stacks could be read.
+pub(super) fn process_stack_families(
+    gpu: &GpuSnapshot,
+    stacks: &[ProcessStacks],
+    out: &mut Vec<Family>,
+) {
+    let mut activity = Family::new(&PROC_ACTIVITY);
+    let by_pid: HashMap<u32, &ProcessStacks> = stacks.iter().map(|s| (s.pid, s)).collect();
+    for device in gpu.devices.iter().filter(|d| d.up) {
+        let index = device.index.to_string();
+        for process in &device.processes {
+            let Some(seen) = by_pid.get(&process.pid) else {
+                continue;
+            };
+            let pid = process.pid.to_string();
+            let base = [index.as_str(), &device.uuid, &pid, &process.command];
+            for kind in Activity::ALL {
+                activity.add(&and(&base, kind.name()), seen.share(kind));
+            }
+        }
+    }
+    out.push(activity);
 }
 
 /// Host context of each GPU process, labelled like its GPU process series.

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::{Source, SourceError};
 use crate::snapshot::{
-    BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, DiskCounters, DiskRates,
-    DiskSnapshot, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
-    GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState, PcieLink, PodRef,
-    Pressure, PressureLine, PressureRates, PressureSnapshot, ProcessContext, RemappedRows,
-    Snapshot, WorkerSummary,
+    Activity, BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, DiskCounters,
+    DiskRates, DiskSnapshot, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess,
+    GpuSnapshot, GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState,
+    PcieLink, PodRef, Pressure, PressureLine, PressureRates, PressureSnapshot, ProcessContext,
+    ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -423,6 +423,50 @@ impl DemoSource {
     }
 }
 
+impl DemoSource {
+    /// Where a case's main thread would be seen in its Python stack samples.
+    fn stacks(role: Role, pid: u32) -> ProcessStacks {
+        // Shares in Activity::ALL order: data_loader, gpu_sync, collective, python, other.
+        let (shares, function, location): ([f64; 5], &str, &str) = match role {
+            Role::DataIo | Role::DataCpu => (
+                [0.7, 0.05, 0.0, 0.2, 0.05],
+                "_MultiProcessingDataLoaderIter._next_data",
+                "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py:1328",
+            ),
+            Role::SyncStall => (
+                [0.02, 0.6, 0.0, 0.33, 0.05],
+                "train_step",
+                "/workspace/train.py:88",
+            ),
+            Role::JobFastRank | Role::JobSlowRank => (
+                [0.05, 0.05, 0.45, 0.4, 0.05],
+                "all_reduce",
+                "/opt/conda/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2501",
+            ),
+            Role::Idle => ([0.0, 0.0, 0.0, 0.0, 1.0], "sleep", "/workspace/serve.py:12"),
+            _ => (
+                [0.05, 0.1, 0.0, 0.8, 0.05],
+                "Module._call_impl",
+                "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py:1750",
+            ),
+        };
+        let strongest = (0..shares.len())
+            .max_by(|a, b| shares[*a].total_cmp(&shares[*b]))
+            .unwrap_or(0);
+        ProcessStacks {
+            pid,
+            samples: 30,
+            shares,
+            top_frames: vec![FrameShare {
+                function: function.into(),
+                location: location.into(),
+                activity: Activity::ALL[strongest],
+                share: shares[strongest],
+            }],
+        }
+    }
+}
+
 impl Source for DemoSource {
     fn name(&self) -> &'static str {
         "demo"
@@ -433,6 +477,11 @@ impl Source for DemoSource {
         let mut devices = Vec::new();
         for index in 0..ROLES.len() {
             let (device, contexts) = Self::gpu(index, now);
+            if let Some(main) = device.processes.first() {
+                snapshot
+                    .stacks
+                    .push(Self::stacks(role_of(index, now), main.pid));
+            }
             devices.push(device);
             snapshot.processes.extend(contexts);
         }

@@ -9,6 +9,7 @@ pub mod host;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 pub mod process;
+pub mod stacks;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -116,6 +117,13 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
         enabled.push(Box::new(process::ProcessSource::new(
             roots,
             sources.process.clone(),
+        )));
+    }
+    // After gpu: it samples the GPU processes the gpu source listed.
+    if sources.stacks.enabled && sources.gpu.enabled {
+        enabled.push(Box::new(stacks::StacksSource::new(
+            config.paths.procfs.clone(),
+            sources.stacks.clone(),
         )));
     }
     // After gpu: it matches the kubelet's device ids to the GPUs the gpu source found.

@@ -1,0 +1,165 @@
+//! What a training loop's main thread is doing, from one Python stack sample. Pure.
+//!
+//! The frames are read innermost first. The first rule that matches decides:
+//!
+//! 1. **gpu_sync**: a frame of a function named `synchronize` or `item` (torch.cuda's and its
+//!    streams' and events' synchronize are Python functions; so are the emulated GPU's), or —
+//!    since `.item()`, `.cpu()`, `.tolist()` and `.numpy()` on a tensor are C methods that
+//!    leave no frame of their own — an innermost frame whose source line calls one of them.
+//! 2. **collective**: a frame in `torch/distributed/`, or a function named `all_reduce`,
+//!    `all_gather`, `reduce_scatter`, `broadcast` or `barrier`.
+//! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), or in
+//!    `multiprocessing/queues.py` or `multiprocessing/connection.py` (a loader's result queue).
+//! 4. **python**: none of these, and the thread was running (model, optimizer, launch code).
+//! 5. **other**: none of these, and the thread was idle (sleeping, blocked elsewhere).
+
+use crate::snapshot::Activity;
+
+/// One frame as the classification needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRef<'a> {
+    /// Qualified function name as py-spy gives it (`EmulatedGPU.synchronize`, `train`).
+    pub function: &'a str,
+    /// Path of the source file in the process's filesystem.
+    pub file: &'a str,
+}
+
+/// Calls on a tensor that copy it to the host and therefore wait for the GPU.
+const SYNCING_CALLS: [&str; 6] = [
+    ".item()",
+    ".cpu()",
+    ".tolist()",
+    ".numpy()",
+    ".synchronize(",
+    "synchronize()",
+];
+
+const COLLECTIVES: [&str; 5] = [
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "barrier",
+];
+
+/// The method or function name without its class.
+fn bare(function: &str) -> &str {
+    function.rsplit('.').next().unwrap_or(function)
+}
+
+/// Classifies one sample of a thread: `frames` innermost first, `active` whether py-spy saw
+/// it running, `innermost_line` the source text of the innermost frame's line when readable.
+pub fn classify(frames: &[FrameRef], active: bool, innermost_line: Option<&str>) -> Activity {
+    let named = |names: &[&str]| frames.iter().any(|f| names.contains(&bare(f.function)));
+    let in_file = |parts: &[&str]| {
+        frames
+            .iter()
+            .any(|f| parts.iter().any(|part| f.file.contains(part)))
+    };
+    let line_syncs = innermost_line.is_some_and(|line| {
+        let code = line.split('#').next().unwrap_or("");
+        SYNCING_CALLS.iter().any(|call| code.contains(call))
+    });
+    if named(&["synchronize", "item"]) || line_syncs {
+        Activity::GpuSync
+    } else if named(&COLLECTIVES) || in_file(&["/torch/distributed/"]) {
+        Activity::Collective
+    } else if in_file(&[
+        "/torch/utils/data/",
+        "/multiprocessing/queues.py",
+        "/multiprocessing/connection.py",
+    ]) {
+        Activity::DataLoader
+    } else if active {
+        Activity::Python
+    } else {
+        Activity::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame<'a>(function: &'a str, file: &'a str) -> FrameRef<'a> {
+        FrameRef { function, file }
+    }
+
+    const TRAIN: FrameRef = FrameRef {
+        function: "train",
+        file: "/job/train.py",
+    };
+
+    #[test]
+    fn synchronizing_is_read_from_frames_or_from_the_calling_line() {
+        let emulated = [
+            frame("EmulatedGPU._wait_until", "/w/emugpu.py"),
+            frame("EmulatedGPU.synchronize", "/w/emugpu.py"),
+            TRAIN,
+        ];
+        assert_eq!(classify(&emulated, true, None), Activity::GpuSync);
+        let torch = [
+            frame("synchronize", "/usr/lib/python3/torch/cuda/__init__.py"),
+            TRAIN,
+        ];
+        assert_eq!(classify(&torch, false, None), Activity::GpuSync);
+        // loss.item() is a C method: only the calling line shows it.
+        assert_eq!(
+            classify(&[TRAIN], true, Some("        total += loss.item()")),
+            Activity::GpuSync
+        );
+        assert_eq!(
+            classify(&[TRAIN], true, Some("    out = model(x)  # not .item()")),
+            Activity::Python
+        );
+    }
+
+    #[test]
+    fn loader_waits_collectives_python_and_idle() {
+        let loader = [
+            frame(
+                "Connection._recv",
+                "/usr/lib/python3.11/multiprocessing/connection.py",
+            ),
+            frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+            frame("Loader._processes", "/w/common.py"),
+            TRAIN,
+        ];
+        assert_eq!(classify(&loader, false, None), Activity::DataLoader);
+        let torch_loader = [
+            frame(
+                "_MultiProcessingDataLoaderIter._next_data",
+                "/site-packages/torch/utils/data/dataloader.py",
+            ),
+            TRAIN,
+        ];
+        assert_eq!(classify(&torch_loader, false, None), Activity::DataLoader);
+        let collective = [
+            frame(
+                "all_reduce",
+                "/site-packages/torch/distributed/distributed_c10d.py",
+            ),
+            TRAIN,
+        ];
+        assert_eq!(classify(&collective, true, None), Activity::Collective);
+        let emulated_collective = [
+            frame("Barrier.wait", "/usr/lib/python3.11/threading.py"),
+            frame("EmulatedGPU.all_reduce", "/w/emugpu.py"),
+            TRAIN,
+        ];
+        assert_eq!(
+            classify(&emulated_collective, false, None),
+            Activity::Collective
+        );
+        let model = [
+            frame("Linear.forward", "/torch/nn/modules/linear.py"),
+            TRAIN,
+        ];
+        assert_eq!(classify(&model, true, None), Activity::Python);
+        let sleeping = [frame("sleep", "<builtin>"), TRAIN];
+        assert_eq!(classify(&sleeping, false, None), Activity::Other);
+        // A function that merely contains a syncing name is not one.
+        let items = [frame("dict_items", "/job/util.py"), TRAIN];
+        assert_eq!(classify(&items, true, None), Activity::Python);
+    }
+}

@@ -1,0 +1,182 @@
+//! Python stacks of real processes with known stacks, read the way the exporter reads them
+//! (this test runs as root: it may ptrace them; the unprivileged runs are in
+//! tests/kubernetes.rs), and the activity series against a golden file.
+
+mod common;
+
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::TempDir;
+use gpu_bottleneck_exporter::config::StacksSource as StacksConfig;
+use gpu_bottleneck_exporter::snapshot::{
+    Activity, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, ProcessStacks, Snapshot,
+};
+use gpu_bottleneck_exporter::source::stacks::StacksSource;
+use gpu_bottleneck_exporter::source::Source;
+
+/// A Python process running `body` after printing "ready" (emugpu importable, the emulated
+/// GPUs in `timelines`).
+struct Python(Child);
+
+impl Python {
+    fn start(timelines: &TempDir, body: &str) -> Python {
+        let script = format!(
+            "import sys, time, multiprocessing\nsys.path.insert(0, {workloads:?})\nimport emugpu\n{body}",
+            workloads = common::repo_root().join("workloads").to_string_lossy(),
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            // A group of its own, so that its forked workers go with it.
+            .process_group(0)
+            .env("EMUGPU_DIR", timelines.path())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        // Attach only once the interpreter runs the loop (as a rank is by the time it holds a
+        // GPU context).
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        Python(child)
+    }
+}
+
+impl Drop for Python {
+    /// Kills the process and its workers (which would otherwise keep the test's output pipe).
+    fn drop(&mut self) {
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+/// A node whose one GPU lists `pids`.
+fn gpu_with(pids: &[u32]) -> Snapshot {
+    Snapshot {
+        gpu: Some(GpuSnapshot {
+            nvml_up: true,
+            devices: vec![GpuDevice {
+                uuid: "GPU-stacks".into(),
+                up: true,
+                processes: pids
+                    .iter()
+                    .map(|pid| GpuProcess {
+                        pid: *pid,
+                        command: "python3".into(),
+                        ..GpuProcess::default()
+                    })
+                    .collect(),
+                ..GpuDevice::default()
+            }],
+            ..GpuSnapshot::default()
+        }),
+        ..Snapshot::default()
+    }
+}
+
+#[test]
+fn each_main_thread_is_seen_where_it_waits() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs ptrace access to the test's own child processes as root");
+        return;
+    }
+    let timelines = TempDir::new("timelines");
+    let loader = Python::start(
+        &timelines,
+        "def worker(q):\n    while True:\n        time.sleep(0.5)\n        q.put(b'batch')\nif __name__ == '__main__':\n    q = multiprocessing.get_context('fork').Queue()\n    multiprocessing.get_context('fork').Process(target=worker, args=(q,), daemon=True).start()\n    print('ready', flush=True)\n    while True:\n        q.get()\n",
+    );
+    let sync = |mode: &str| {
+        Python::start(
+            &timelines,
+            &format!("gpu = emugpu.open_gpu(0, sync={mode:?})\nprint('ready', flush=True)\nwhile True:\n    gpu.launch(0.2)\n    gpu.synchronize()\n"),
+        )
+    };
+    let spin = sync("spin");
+    let blocking = sync("blocking");
+    let busy = Python::start(
+        &timelines,
+        "def step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\nprint('ready', flush=True)\nwhile True:\n    step()\n",
+    );
+    let pids = [&loader, &spin, &blocking, &busy].map(|p| p.0.id());
+
+    let mut source = StacksSource::new(PathBuf::from("/proc"), StacksConfig::default());
+    let mut snapshot = gpu_with(&pids);
+    for tick in 0..20 {
+        source
+            .sample(&mut snapshot, Duration::from_millis(100 * tick))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stacks_of = |pid: u32| snapshot.stacks.iter().find(|s| s.pid == pid).unwrap();
+    for (pid, expected, what) in [
+        (
+            pids[0],
+            Activity::DataLoader,
+            "a queue fed by a slow worker",
+        ),
+        (pids[1], Activity::GpuSync, "a spin-waiting synchronize"),
+        (pids[2], Activity::GpuSync, "a blocking synchronize"),
+        (pids[3], Activity::Python, "a busy Python loop"),
+    ] {
+        let stacks = stacks_of(pid);
+        assert_eq!(stacks.samples, 20, "{what}");
+        assert!(
+            stacks.share(expected) >= 0.8,
+            "{what}: {:?} of {:?}",
+            stacks.shares,
+            Activity::ALL
+        );
+        let top = &stacks.top_frames[0];
+        assert_eq!(top.activity, expected, "{what}: {top:?}");
+        assert!(top.share >= 0.5 && top.location.contains(':'), "{top:?}");
+    }
+    // The busy loop's innermost frame is its own function, named with file and line.
+    assert_eq!(stacks_of(pids[3]).top_frames[0].function, "step");
+
+    // A process that exits is dropped; one that is not Python is passed over quietly.
+    drop(busy);
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut snapshot = gpu_with(&[pids[0], sleeper.id()]);
+    source
+        .sample(&mut snapshot, Duration::from_secs(3))
+        .unwrap();
+    assert_eq!(
+        snapshot.stacks.iter().map(|s| s.pid).collect::<Vec<_>>(),
+        vec![pids[0]]
+    );
+    assert!(snapshot.unsupported_signals.is_empty());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn activity_shares_are_served_per_gpu_process() {
+    let mut snapshot = gpu_with(&[4242]);
+    snapshot.stacks = vec![ProcessStacks {
+        pid: 4242,
+        samples: 30,
+        shares: [0.1, 0.6, 0.0, 0.3, 0.0],
+        top_frames: vec![FrameShare {
+            function: "EmulatedGPU.synchronize".into(),
+            location: "/w/emugpu.py:174".into(),
+            activity: Activity::GpuSync,
+            share: 0.6,
+        }],
+    }];
+    let page = common::check_goldens("stacks", &common::render_pinned(&snapshot));
+    let share = |activity| {
+        common::exposition::value(
+            &page,
+            "gpu_process_activity_ratio",
+            &[("pid", "4242"), ("activity", activity)],
+        )
+    };
+    assert_eq!(share("gpu_sync"), Some(0.6));
+    assert_eq!(share("collective"), Some(0.0));
+    assert_eq!(share("data_loader"), Some(0.1));
+}

@@ -122,6 +122,11 @@ pub struct Analysis {
     /// Share of one core at which the main training thread counts as pinned (host-bound; as
     /// for loader workers, 90 % of a core).
     pub main_thread_high: f64,
+    /// Share of the main thread's Python stack samples spent synchronizing with the GPU that
+    /// makes waiting for the GPU its business: sync_stall however busy the thread looks (CUDA
+    /// spin-waits), not host_bound (ours: 40 % of the samples; a loop that waits on the GPU
+    /// that often serialises on it).
+    pub stack_share_high: f64,
     /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls;
     /// ours: half of the saturation thresholds above).
     pub quiet_below: f64,
@@ -173,6 +178,7 @@ impl Default for Analysis {
             worker_cpu_high: 0.9,
             host_cpu_high: 0.9,
             main_thread_high: 0.9,
+            stack_share_high: 0.4,
             quiet_below: 0.5,
             kernel_util_high: 0.8,
             sm_activity_low: 0.5,
@@ -357,6 +363,10 @@ pub struct StacksSource {
     pub enabled: bool,
     /// How far back the activity shares and top frames reach.
     pub window: ConfigDuration,
+    /// Mean time between two samples of each GPU process's main thread; samples are taken at
+    /// random moments, 0.5 to 1.5 times this apart, so that they do not beat with a training
+    /// step's period (a sample costs about 0.5 ms of the exporter's CPU per process).
+    pub interval: ConfigDuration,
 }
 
 impl Default for StacksSource {
@@ -364,6 +374,7 @@ impl Default for StacksSource {
         StacksSource {
             enabled: true,
             window: ConfigDuration(Duration::from_secs(30)),
+            interval: ConfigDuration(Duration::from_millis(500)),
         }
     }
 }

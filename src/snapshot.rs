@@ -696,6 +696,18 @@ pub struct HttpCounters {
     pub web_config_reload_failed: bool,
 }
 
+impl Snapshot {
+    /// Every process with a context on some GPU, once each, in pid order.
+    pub fn gpu_pids(&self) -> std::collections::BTreeSet<u32> {
+        self.gpu
+            .iter()
+            .flat_map(|g| &g.devices)
+            .flat_map(|d| &d.processes)
+            .map(|p| p.pid)
+            .collect()
+    }
+}
+
 /// What a training loop's main thread is doing in one stack sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Activity {

@@ -188,6 +188,8 @@ pub struct WindowFigures {
     pub host_cpu: Option<f64>,
     /// Mean host CPU share used outside the GPU process trees.
     pub other_cpu: Option<f64>,
+    /// Mean share of the main thread's stack samples synchronizing with the GPU.
+    pub stack_sync: Option<f64>,
     /// Mean number of the job's threads waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Share of the job's CPUs its GPU process trees use.

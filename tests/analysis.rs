@@ -345,6 +345,34 @@ fn data_cpu_from_the_jobs_own_share_of_its_cpus() {
     });
 }
 
+/// `.item()` every step with CUDA's spin wait: the main thread holds its core, which the
+/// counters alone read as host-bound; its stacks, mostly in the synchronize, say sync_stall.
+#[test]
+fn a_main_thread_seen_synchronizing_is_a_sync_stall_however_busy() {
+    let spinning = |o: &mut GpuObservation| {
+        o.busy = Some(0.57);
+        o.busiest_thread = Some(0.95);
+        o.workers_max_cpu = Some(0.06);
+        o.host_cpu = Some(0.55);
+        o.disk_util = Some(0.01);
+    };
+    // Without stacks: what every counter says.
+    fires(Kind::HostBound, spinning);
+    fires(Kind::SyncStall, |o| {
+        spinning(o);
+        o.stack_sync = Some(0.8);
+    });
+    does_not_fire(Kind::HostBound, |o| {
+        spinning(o);
+        o.stack_sync = Some(0.8);
+    });
+    // Near miss: a Python loop seen mostly in model code stays host-bound.
+    fires(Kind::HostBound, |o| {
+        spinning(o);
+        o.stack_sync = Some(0.1);
+    });
+}
+
 /// A loader blocked on storage on a VM whose hypervisor steals a fifth of the CPU: its threads
 /// do not wait for a CPU, so the steal is not what holds it back.
 #[test]

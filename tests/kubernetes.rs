@@ -537,6 +537,11 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
                 .is_some_and(|n| n >= 1.0)
                     == (who == "nobody")
                 && kubernetes_up(p) == Some(if who == "nobody" { 0.0 } else { 1.0 })
+                && value(
+                    p,
+                    "gpu_exporter_signal_supported",
+                    &[("signal", "python_stacks")],
+                ) == Some(0.0)
         });
         // Readable without privilege: process CPU, threads, workers, cgroup, and so verdicts.
         for pid in [&rank_pid, &foreign_pid] {

@@ -104,7 +104,11 @@ fn each_main_thread_is_seen_where_it_waits() {
     );
     let pids = [&loader, &spin, &blocking, &busy].map(|p| p.0.id());
 
-    let mut source = StacksSource::new(PathBuf::from("/proc"), StacksConfig::default());
+    let config = StacksConfig {
+        interval: gpu_bottleneck_exporter::config::ConfigDuration(Duration::from_millis(50)),
+        ..StacksConfig::default()
+    };
+    let mut source = StacksSource::new(PathBuf::from("/proc"), config);
     let mut snapshot = gpu_with(&pids);
     for tick in 0..20 {
         source
@@ -124,7 +128,7 @@ fn each_main_thread_is_seen_where_it_waits() {
         (pids[3], Activity::Python, "a busy Python loop"),
     ] {
         let stacks = stacks_of(pid);
-        assert_eq!(stacks.samples, 20, "{what}");
+        assert!(stacks.samples >= 10, "{what}: {} samples", stacks.samples);
         assert!(
             stacks.share(expected) >= 0.8,
             "{what}: {:?} of {:?}",

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::snapshot::{GpuDevice, ProcessContext, Snapshot};
+use crate::snapshot::{Activity, GpuDevice, ProcessContext, ProcessStacks, Snapshot};
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
@@ -50,6 +50,9 @@ pub struct GpuObservation {
     pub job: Option<String>,
     /// The main GPU process's busiest thread, share of a core.
     pub busiest_thread: Option<f64>,
+    /// Share of the main GPU process's stack samples in which its main thread synchronized
+    /// with the GPU (`None` where its stacks are not read).
+    pub stack_sync: Option<f64>,
     /// Mean number of the main GPU process's main thread and workers waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Data-loader workers of the main GPU process.
@@ -88,6 +91,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
     };
     let contexts: BTreeMap<u32, &ProcessContext> =
         snapshot.processes.iter().map(|c| (c.pid, c)).collect();
+    let stacks: BTreeMap<u32, &ProcessStacks> =
+        snapshot.stacks.iter().map(|s| (s.pid, s)).collect();
     // A process on several GPUs makes them one job.
     let mut gpus_per_pid: BTreeMap<u32, u32> = BTreeMap::new();
     for device in &gpu.devices {
@@ -158,6 +163,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 job,
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
+                stack_sync: main
+                    .and_then(|p| stacks.get(&p.pid))
+                    .map(|s| s.share(Activity::GpuSync)),
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),

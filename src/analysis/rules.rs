@@ -90,6 +90,7 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         other_cpu: m(|o| o.other_cpu),
         own_cpu: m(|o| o.own_cpu),
         cpu_wait: m(|o| o.cpu_wait),
+        stack_sync: m(|o| o.stack_sync),
         steal: m(|o| o.steal),
         job_gap: None,
     }
@@ -242,7 +243,28 @@ pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
         t.main_thread_high,
         high_ratio,
     );
-    rule.done(Kind::HostBound, gate.min(thread))
+    // A main thread seen mostly synchronizing burns its core waiting for the GPU (CUDA's
+    // spin wait), not in Python: not host-bound, whatever its CPU.
+    let not_syncing = w
+        .stack_sync
+        .map(|sync| {
+            // A veto, not a weight: below the threshold the stacks do not weaken the case.
+            let s = if sync < t.stack_share_high {
+                1.0
+            } else {
+                low(sync, t.stack_share_high)
+            };
+            rule.evidence.push(Evidence {
+                name: "main_thread_in_gpu_sync",
+                value: sync,
+                threshold: t.stack_share_high,
+                strength: s,
+                detail: String::new(),
+            });
+            s
+        })
+        .unwrap_or(1.0);
+    rule.done(Kind::HostBound, gate.min(thread).min(not_syncing))
 }
 
 /// Below this busy fraction over the window a GPU runs no work at all: whatever holds it is
@@ -261,11 +283,23 @@ pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
         gate = 0.0;
     }
     rule.alternative("idle_share", w.idle_share, t.bursty_idle_share, high);
+    // Seen in its stacks, a main thread mostly synchronizing waits for the GPU however busy
+    // it looks: with CUDA's spin wait it holds its core (and a share of the host's CPU).
+    let observed = rule
+        .alternative(
+            "main_thread_in_gpu_sync",
+            w.stack_sync,
+            t.stack_share_high,
+            high_ratio,
+        )
+        .unwrap_or(0.0);
     let quiet = [
         rule.condition("disk_util", w.disk_util, t.quiet_below, low),
-        rule.condition("busiest_thread", w.busiest_thread, t.quiet_below, low),
+        rule.condition("busiest_thread", w.busiest_thread, t.quiet_below, low)
+            .max(observed),
         rule.condition("workers_max_cpu", w.workers_max_cpu, t.quiet_below, low),
-        rule.condition("host_cpu", w.host_cpu, t.quiet_below, low),
+        rule.condition("host_cpu", w.host_cpu, t.quiet_below, low)
+            .max(observed),
     ];
     let score = quiet.iter().fold(gate, |s, q| s.min(*q));
     rule.done(Kind::SyncStall, score)

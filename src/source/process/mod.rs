@@ -436,13 +436,7 @@ impl Source for ProcessSource {
     }
 
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
-        let pids: BTreeSet<u32> = snapshot
-            .gpu
-            .iter()
-            .flat_map(|g| &g.devices)
-            .flat_map(|d| &d.processes)
-            .map(|p| p.pid)
-            .collect();
+        let pids = snapshot.gpu_pids();
         let delay = self.delay_accounting();
         let mut fresh = HashMap::new();
         self.io_denied = false;

@@ -1,18 +1,19 @@
-//! Python stacks of GPU processes: where each training loop's main thread is, sampled once a
-//! tick without stopping it (py-spy as a library, reading the process's memory with
+//! Python stacks of GPU processes: where each training loop's main thread is, sampled about
+//! twice a second at random moments without stopping it (py-spy as a library, reading the process's memory with
 //! `process_vm_readv`), classified into a small fixed set of activities and kept over a window.
 //!
 //! Reading another process's memory needs ptrace access to it: the same user, or root with
 //! CAP_SYS_PTRACE. Without it the processes are reported under the `python_stacks` signal as
 //! unsupported, and the rules fall back to the counters. Processes that are not Python are
 //! passed over quietly. A process is attached once (about 20 ms) and then sampled (about
-//! 0.5 ms a sample for a training rank).
+//! 0.5 ms a sample for a training rank) by a thread of the source's own.
 
 pub mod classify;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use py_spy::config::LockingStrategy;
 use py_spy::{Config as SpyConfig, PythonSpy, StackTrace};
@@ -38,7 +39,7 @@ const TOP_FRAMES: usize = 5;
 
 /// One sample of a main thread.
 struct Sample {
-    at: Duration,
+    at: Instant,
     activity: Activity,
     /// Innermost frame: function and `file:line`.
     frame: Option<(String, String)>,
@@ -50,29 +51,20 @@ struct Watched {
     samples: VecDeque<Sample>,
 }
 
-/// The stacks source.
-pub struct StacksSource {
+/// What the sampling thread and the tick share.
+struct Sampler {
     procfs: PathBuf,
     window: Duration,
+    /// The GPU processes of the last tick.
+    pids: BTreeSet<u32>,
     watched: HashMap<u32, Watched>,
     /// Processes not to try again before the given time, and whether access was refused.
-    passed_over: HashMap<u32, (Duration, bool)>,
+    passed_over: HashMap<u32, (Instant, bool)>,
     /// Source text of (file as the process sees it, line), through `/proc/<pid>/root`.
     lines: HashMap<(String, i32), Option<String>>,
 }
 
-impl StacksSource {
-    /// A source reading processes below `procfs`, keeping `config.window` of samples.
-    pub fn new(procfs: PathBuf, config: StacksConfig) -> Self {
-        StacksSource {
-            procfs,
-            window: config.window.0,
-            watched: HashMap::new(),
-            passed_over: HashMap::new(),
-            lines: HashMap::new(),
-        }
-    }
-
+impl Sampler {
     /// Attaches to `pid`; `Err(true)` when access was refused, `Err(false)` when it is not a
     /// Python process (or exited).
     fn attach(pid: u32) -> Result<PythonSpy, bool> {
@@ -113,7 +105,7 @@ impl StacksSource {
     }
 
     /// One sample of `pid`'s main thread; `None` when it could not be read this time.
-    fn sample_one(&mut self, pid: u32, now: Duration) -> Option<Sample> {
+    fn sample_one(&mut self, pid: u32, now: Instant) -> Option<Sample> {
         let traces = self.watched.get_mut(&pid)?.spy.get_stack_traces().ok()?;
         let main = main_thread(&traces, pid)?;
         let innermost = main.frames.first();
@@ -131,6 +123,52 @@ impl StacksSource {
             activity: classify(&frames, main.active, line.as_deref()),
             frame: innermost.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
+    }
+
+    /// One pass: attaches to new GPU processes (retrying refused or non-Python ones after
+    /// a while) and samples every attached one.
+    fn pass(&mut self, now: Instant) {
+        let pids: Vec<u32> = self.pids.iter().copied().collect();
+        for pid in pids {
+            if !self.watched.contains_key(&pid) {
+                if self
+                    .passed_over
+                    .get(&pid)
+                    .is_some_and(|(until, _)| now < *until)
+                {
+                    continue;
+                }
+                match Self::attach(pid) {
+                    Ok(spy) => {
+                        self.passed_over.remove(&pid);
+                        let samples = VecDeque::new();
+                        self.watched.insert(pid, Watched { spy, samples });
+                    }
+                    Err(denied) => {
+                        self.passed_over.insert(pid, (now + RETRY_AFTER, denied));
+                        continue;
+                    }
+                }
+            }
+            let sample = self.sample_one(pid, now);
+            let window = self.window;
+            let watched = self.watched.get_mut(&pid).expect("attached above");
+            watched.samples.extend(sample);
+            while watched
+                .samples
+                .front()
+                .is_some_and(|s| now.saturating_duration_since(s.at) > window)
+            {
+                watched.samples.pop_front();
+            }
+        }
+    }
+
+    /// Takes the GPU processes of this tick and forgets the others.
+    fn track(&mut self, pids: BTreeSet<u32>) {
+        self.watched.retain(|pid, _| pids.contains(pid));
+        self.passed_over.retain(|pid, _| pids.contains(pid));
+        self.pids = pids;
     }
 }
 
@@ -185,66 +223,82 @@ fn summarise(pid: u32, samples: &VecDeque<Sample>) -> ProcessStacks {
     }
 }
 
+/// The stacks source: a thread of its own samples each process every `interval` on average
+/// (a training loop's step is periodic: samples on the tick's fixed beat would see the same
+/// phase of it), the tick hands it the GPU processes and reads the window.
+pub struct StacksSource {
+    sampler: Arc<Mutex<Sampler>>,
+    /// Mean time between two samples of a process.
+    interval: Duration,
+    started: bool,
+}
+
+impl StacksSource {
+    /// A source reading processes below `procfs` as `config` says.
+    pub fn new(procfs: PathBuf, config: StacksConfig) -> Self {
+        StacksSource {
+            sampler: Arc::new(Mutex::new(Sampler {
+                procfs,
+                window: config.window.0,
+                pids: BTreeSet::new(),
+                watched: HashMap::new(),
+                passed_over: HashMap::new(),
+                lines: HashMap::new(),
+            })),
+            interval: config.interval.0,
+            started: false,
+        }
+    }
+
+    /// Starts the sampling thread; it ends when the source is dropped.
+    fn start(&mut self) {
+        let sampler = Arc::downgrade(&self.sampler);
+        let interval = self.interval;
+        let spawned = std::thread::Builder::new()
+            .name("stacks".into())
+            .spawn(move || {
+                // Spacing uniform in 0.5..1.5 of the interval, from a xorshift seeded by time.
+                let mut state = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |t| t.as_nanos() as u64 | 1);
+                loop {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let jitter = 0.5 + (state % 1000) as f64 / 1000.0;
+                    std::thread::sleep(interval.mul_f64(jitter));
+                    let Some(sampler) = sampler.upgrade() else {
+                        return;
+                    };
+                    let mut sampler = sampler.lock().unwrap_or_else(|p| p.into_inner());
+                    sampler.pass(Instant::now());
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "python stacks: no sampling thread");
+        }
+        self.started = true;
+    }
+}
+
 impl Source for StacksSource {
     fn name(&self) -> &'static str {
         "stacks"
     }
 
-    fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
-        let mut pids: Vec<u32> = snapshot
-            .gpu
-            .iter()
-            .flat_map(|g| &g.devices)
-            .flat_map(|d| &d.processes)
-            .map(|p| p.pid)
-            .collect();
-        pids.sort_unstable();
-        pids.dedup();
-        self.watched.retain(|pid, _| pids.contains(pid));
-        self.passed_over.retain(|pid, _| pids.contains(pid));
-
-        let mut refused = 0;
-        for &pid in &pids {
-            if !self.watched.contains_key(&pid) {
-                match self.passed_over.get(&pid) {
-                    Some((until, denied)) if now < *until => {
-                        refused += usize::from(*denied);
-                        continue;
-                    }
-                    _ => {}
-                }
-                match Self::attach(pid) {
-                    Ok(spy) => {
-                        self.passed_over.remove(&pid);
-                        self.watched.insert(
-                            pid,
-                            Watched {
-                                spy,
-                                samples: VecDeque::new(),
-                            },
-                        );
-                    }
-                    Err(denied) => {
-                        refused += usize::from(denied);
-                        self.passed_over.insert(pid, (now + RETRY_AFTER, denied));
-                        continue;
-                    }
-                }
-            }
-            let sample = self.sample_one(pid, now);
-            let window = self.window;
-            let watched = self.watched.get_mut(&pid).expect("attached above");
-            watched.samples.extend(sample);
-            while watched
-                .samples
-                .front()
-                .is_some_and(|s| now.saturating_sub(s.at) > window)
-            {
-                watched.samples.pop_front();
-            }
+    fn sample(&mut self, snapshot: &mut Snapshot, _now: Duration) -> Result<(), SourceError> {
+        if !self.started {
+            self.start();
         }
-
-        let mut stacks: Vec<ProcessStacks> = self
+        let pids = snapshot.gpu_pids();
+        let mut sampler = self.sampler.lock().unwrap_or_else(|p| p.into_inner());
+        sampler.track(pids);
+        let refused = sampler
+            .passed_over
+            .values()
+            .filter(|(_, denied)| *denied)
+            .count();
+        let mut stacks: Vec<ProcessStacks> = sampler
             .watched
             .iter()
             .filter(|(_, w)| !w.samples.is_empty())
@@ -255,7 +309,7 @@ impl Source for StacksSource {
         if refused > 0 {
             snapshot.unsupported_signals.push(STACKS_SIGNAL);
         }
-        if refused > 0 && refused == pids.len() {
+        if refused > 0 && refused == sampler.pids.len() {
             return Err(SourceError::Unsupported(
                 "no ptrace access to the GPU processes: run as their user, or as root with \
                  CAP_SYS_PTRACE (Helm: helm/gpu-bottleneck-exporter/ci/root-ptrace-values.yaml)"
@@ -272,7 +326,7 @@ mod tests {
 
     fn sample(at: u64, activity: Activity, function: &str) -> Sample {
         Sample {
-            at: Duration::from_secs(at),
+            at: Instant::now() + Duration::from_secs(at),
             activity,
             frame: Some((function.into(), format!("/job/train.py:{at}"))),
         }

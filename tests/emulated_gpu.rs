@@ -7,7 +7,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 
 use common::exposition::value;
-use common::{Scenario, TempDir};
+use common::{Reaped, Scenario, TempDir};
 
 /// A Python process using the emulated GPU of `timelines`, running `body` (emugpu imported,
 /// the GPU opened as `gpu`).
@@ -22,16 +22,6 @@ fn python(timelines: &TempDir, sync: &str, body: &str) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .expect("python3")
-}
-
-/// Kills the Python process when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn scenario(timelines: &TempDir) -> Scenario {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use common::exposition::{value, Family};
-use common::{Exporter, Scenario};
+use common::{Exporter, Reaped, Scenario};
 use gpu_bottleneck_exporter::source::kubernetes::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
     ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
@@ -634,16 +634,5 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
                 "uid 0 connects to the socket without capabilities"
             );
         }
-    }
-}
-
-/// A child process killed when the test ends, pass or fail: a leaked rank would keep the test
-/// runner's output pipe open.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

@@ -294,3 +294,14 @@ impl Scenario {
         )
     }
 }
+
+/// A child process killed when the test ends, pass or fail: a leaked one would keep the test
+/// runner's output pipe open.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

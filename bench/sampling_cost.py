@@ -10,7 +10,9 @@ processes on eight fake GPUs (the workspace's fake NVML library):
   idle      each a single-threaded shell with 8 sleeping children (the old stand-in).
 Then, one target at a time, it runs each exporter for --seconds at a 1 s collection interval
 with one scrape every 15 s (Prometheus' default), and reports its CPU as a share of one core,
-its peak RSS and the scraped page's size and series. This exporter then runs once more for
+its peak RSS and the scraped page's size and series. This exporter is measured twice: with its
+defaults, and with the Python stacks source on (`+stacks`, each rank's main thread sampled twice
+a second; run the bench as root for the ptrace access that needs). It then runs once more for
 --seconds, scraped every second, to report the per-source duration of every tick (kept out of
 the CPU figure: every scrape of a new snapshot renders the page).
 
@@ -182,10 +184,13 @@ def main():
             try:
                 scenario = os.path.join(work, "scenario.yaml")
                 write_scenario(scenario, ranks)
-                config = os.path.join(work, "config.yaml")
-                with open(config, "w") as f:
-                    f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n")
-                targets = [("gpu-bottleneck-exporter", lambda port: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics")]
+                targets = []
+                for stacks in ("false", "true"):
+                    config = os.path.join(work, f"config-stacks-{stacks}.yaml")
+                    with open(config, "w") as f:
+                        f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n")
+                    name = "gpu-bottleneck-exporter" + (" +stacks" if stacks == "true" else "")
+                    targets.append((name, lambda port, config=config: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
                 if not args.only_exporter:
                     targets += peers(work, library)
                 threads = threads_in_trees(ranks)

@@ -486,7 +486,7 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
     };
     let _kubelet = Kubelet::serve(&socket, lister);
     let config = format!(
-        "  stacks: {{enabled: true}}\n  kubernetes:\n    pod_resources_socket: {}\n    refresh_interval: 200ms\nanalysis:\n  window: 3s\n  min_duration: 1s\n",
+        "  kubernetes:\n    pod_resources_socket: {}\n    refresh_interval: 200ms\nanalysis:\n  window: 3s\n  min_duration: 1s\n",
         socket.display()
     );
     let drop_all = ["--inh-caps=-all", "--bounding-set=-all", "--"];

@@ -98,9 +98,11 @@ fn each_main_thread_is_seen_where_it_waits() {
     };
     let spin = sync("spin");
     let blocking = sync("blocking");
+    // A busy main thread among 32 napping Python threads started after it (as a rank's
+    // pin-memory and logging threads): only the main one is read.
     let busy = Python::start(
         &timelines,
-        "def step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\nprint('ready', flush=True)\nwhile True:\n    step()\n",
+        "import threading\ndef nap():\n    while True:\n        time.sleep(0.01)\nfor _ in range(32):\n    threading.Thread(target=nap, daemon=True).start()\ndef step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\nprint('ready', flush=True)\nwhile True:\n    step()\n",
     );
     let pids = [&loader, &spin, &blocking, &busy].map(|p| p.0.id());
 

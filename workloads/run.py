@@ -86,7 +86,6 @@ def config(port, library, window, min_duration):
         "sources:\n"
         f"  gpu: {{nvml_library: {library}}}\n"
         "  kubernetes: {enabled: false}\n"
-        "  stacks: {enabled: true}\n"
         "analysis:\n"
         f"  window: {window}s\n"
         f"  min_duration: {min_duration}s\n"

@@ -1,12 +1,14 @@
 //! Python stacks of GPU processes: where each training loop's main thread is, sampled about
-//! twice a second at random moments without stopping it (py-spy as a library, reading the process's memory with
-//! `process_vm_readv`), classified into a small fixed set of activities and kept over a window.
+//! twice a second (four times as often while its GPU is starved) at random moments without
+//! stopping it (py-spy as a library, reading the process's memory with `process_vm_readv`),
+//! classified into a small fixed set of activities and kept over a window.
 //!
 //! Reading another process's memory needs ptrace access to it: the same user, or root with
 //! CAP_SYS_PTRACE. Without it the processes are reported under the `python_stacks` signal as
 //! unsupported, and the rules fall back to the counters. Processes that are not Python are
-//! passed over quietly. A process is attached once (about 20 ms) and then sampled (about
-//! 0.5 ms a sample for a training rank) by a thread of the source's own.
+//! passed over quietly. A process is attached once (about 20 ms) and then sampled by a thread of
+//! the source's own: the main thread alone (a patch of py-spy, vendor/README.md), about 0.3 ms
+//! a sample however many threads the rank has.
 
 pub mod classify;
 
@@ -16,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use py_spy::config::LockingStrategy;
-use py_spy::{Config as SpyConfig, PythonSpy, StackTrace};
+use py_spy::{Config as SpyConfig, PythonSpy};
 
 use self::classify::{classify, FrameRef};
 use super::{Source, SourceError};
@@ -37,9 +39,17 @@ const LINE_CACHE: usize = 4096;
 /// Frames listed per process in the diagnosis.
 const TOP_FRAMES: usize = 5;
 
+/// A GPU busy less than this over the last tick is starved: its processes are sampled this
+/// many times faster, so that a short starvation is seen in enough samples to be named.
+const STARVED_BUSY: f64 = 0.5;
+const STARVED_SPEEDUP: u32 = 4;
+
 /// One sample of a main thread.
 struct Sample {
     at: Instant,
+    /// The share of the interval it stands for: 1, or 1/`STARVED_SPEEDUP` when taken at the
+    /// starved rate (so that shares over a window that saw both rates stay time shares).
+    weight: f64,
     activity: Activity,
     /// Innermost frame: function and `file:line`.
     frame: Option<(String, String)>,
@@ -55,8 +65,9 @@ struct Watched {
 struct Sampler {
     procfs: PathBuf,
     window: Duration,
-    /// The GPU processes of the last tick.
+    /// The GPU processes of the last tick, and those on a starved GPU.
     pids: BTreeSet<u32>,
+    starved: BTreeSet<u32>,
     watched: HashMap<u32, Watched>,
     /// Processes not to try again before the given time, and whether access was refused.
     passed_over: HashMap<u32, (Instant, bool)>,
@@ -68,9 +79,13 @@ impl Sampler {
     /// Attaches to `pid`; `Err(true)` when access was refused, `Err(false)` when it is not a
     /// Python process (or exited).
     fn attach(pid: u32) -> Result<PythonSpy, bool> {
+        // The main thread alone (vendored patch): py-spy otherwise walks every Python thread
+        // and reads every OS thread's state, 40 µs a thread in a 128-thread rank.
         let config = SpyConfig {
             blocking: LockingStrategy::NonBlocking,
             native: false,
+            main_thread_only: true,
+            collect_thread_names: false,
             ..SpyConfig::default()
         };
         PythonSpy::new(pid as py_spy::Pid, &config).map_err(|error| {
@@ -105,9 +120,9 @@ impl Sampler {
     }
 
     /// One sample of `pid`'s main thread; `None` when it could not be read this time.
-    fn sample_one(&mut self, pid: u32, now: Instant) -> Option<Sample> {
+    fn sample_one(&mut self, pid: u32, now: Instant, weight: f64) -> Option<Sample> {
         let traces = self.watched.get_mut(&pid)?.spy.get_stack_traces().ok()?;
-        let main = main_thread(&traces, pid)?;
+        let main = traces.first()?;
         let innermost = main.frames.first();
         let line = innermost.and_then(|f| self.source_line(pid, &f.filename, f.line));
         let frames: Vec<FrameRef> = main
@@ -120,16 +135,27 @@ impl Sampler {
             .collect();
         Some(Sample {
             at: now,
+            weight,
             activity: classify(&frames, main.active, line.as_deref()),
             frame: innermost.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
     }
 
-    /// One pass: attaches to new GPU processes (retrying refused or non-Python ones after
-    /// a while) and samples every attached one.
-    fn pass(&mut self, now: Instant) {
+    /// One pass, `STARVED_SPEEDUP` times an interval: attaches to new GPU processes
+    /// (retrying refused or non-Python ones after a while) and samples those on a starved GPU,
+    /// and each of the others with a chance of 1 in `STARVED_SPEEDUP` (`draw` gives uniform
+    /// numbers in 0..1), which keeps their moments random.
+    fn pass(&mut self, now: Instant, draw: &mut impl FnMut() -> f64) {
         let pids: Vec<u32> = self.pids.iter().copied().collect();
+        let speedup = f64::from(STARVED_SPEEDUP);
         for pid in pids {
+            let weight = if self.starved.contains(&pid) {
+                1.0 / speedup
+            } else if draw() * speedup < 1.0 {
+                1.0
+            } else {
+                continue;
+            };
             if !self.watched.contains_key(&pid) {
                 if self
                     .passed_over
@@ -150,7 +176,7 @@ impl Sampler {
                     }
                 }
             }
-            let sample = self.sample_one(pid, now);
+            let sample = self.sample_one(pid, now, weight);
             let window = self.window;
             let watched = self.watched.get_mut(&pid).expect("attached above");
             watched.samples.extend(sample);
@@ -164,49 +190,41 @@ impl Sampler {
         }
     }
 
-    /// Takes the GPU processes of this tick and forgets the others.
-    fn track(&mut self, pids: BTreeSet<u32>) {
+    /// Takes the GPU processes of this tick (and which are starved) and forgets the others.
+    fn track(&mut self, pids: BTreeSet<u32>, starved: BTreeSet<u32>) {
         self.watched.retain(|pid, _| pids.contains(pid));
         self.passed_over.retain(|pid, _| pids.contains(pid));
         self.pids = pids;
+        self.starved = starved;
     }
-}
-
-/// The main thread of a process's traces: the one whose OS thread id is the pid, else the
-/// one holding the GIL, else the first.
-fn main_thread(traces: &[StackTrace], pid: u32) -> Option<&StackTrace> {
-    traces
-        .iter()
-        .find(|t| t.os_thread_id == Some(u64::from(pid)))
-        .or_else(|| traces.iter().find(|t| t.owns_gil))
-        .or_else(|| traces.first())
 }
 
 /// Activity shares and the most seen innermost frames of a window of samples.
 fn summarise(pid: u32, samples: &VecDeque<Sample>) -> ProcessStacks {
-    let total = samples.len().max(1) as f64;
+    let total: f64 = samples.iter().map(|s| s.weight).sum();
+    let total = if total > 0.0 { total } else { 1.0 };
     let mut shares = [0.0; 5];
-    let mut frames: HashMap<(&str, &str), (usize, Activity)> = HashMap::new();
+    let mut frames: HashMap<(&str, &str), (f64, Activity)> = HashMap::new();
     for sample in samples {
         let slot = Activity::ALL
             .iter()
             .position(|a| *a == sample.activity)
             .unwrap_or(4);
-        shares[slot] += 1.0 / total;
+        shares[slot] += sample.weight / total;
         if let Some((function, location)) = &sample.frame {
             let entry = frames
                 .entry((function.as_str(), location.as_str()))
-                .or_insert((0, sample.activity));
-            entry.0 += 1;
+                .or_insert((0.0, sample.activity));
+            entry.0 += sample.weight;
         }
     }
     let mut top: Vec<FrameShare> = frames
         .into_iter()
-        .map(|((function, location), (count, activity))| FrameShare {
+        .map(|((function, location), (weight, activity))| FrameShare {
             function: function.to_string(),
             location: location.to_string(),
             activity,
-            share: count as f64 / total,
+            share: weight / total,
         })
         .collect();
     top.sort_by(|a, b| {
@@ -223,9 +241,10 @@ fn summarise(pid: u32, samples: &VecDeque<Sample>) -> ProcessStacks {
     }
 }
 
-/// The stacks source: a thread of its own samples each process every `interval` on average
-/// (a training loop's step is periodic: samples on the tick's fixed beat would see the same
-/// phase of it), the tick hands it the GPU processes and reads the window.
+/// The stacks source: a thread of its own samples each process every `interval` on average,
+/// `STARVED_SPEEDUP` times as often while its GPU is starved, at random moments (a training
+/// loop's step is periodic: samples on the tick's fixed beat would see the same phase of it);
+/// the tick hands it the GPU processes and reads the window.
 pub struct StacksSource {
     sampler: Arc<Mutex<Sampler>>,
     /// Mean time between two samples of a process.
@@ -241,6 +260,7 @@ impl StacksSource {
                 procfs,
                 window: config.window.0,
                 pids: BTreeSet::new(),
+                starved: BTreeSet::new(),
                 watched: HashMap::new(),
                 passed_over: HashMap::new(),
                 lines: HashMap::new(),
@@ -253,25 +273,28 @@ impl StacksSource {
     /// Starts the sampling thread; it ends when the source is dropped.
     fn start(&mut self) {
         let sampler = Arc::downgrade(&self.sampler);
-        let interval = self.interval;
+        let interval = self.interval / STARVED_SPEEDUP;
         let spawned = std::thread::Builder::new()
             .name("stacks".into())
             .spawn(move || {
-                // Spacing uniform in 0.5..1.5 of the interval, from a xorshift seeded by time.
+                // Spacing uniform in 0.5..1.5 of the pass interval, from a xorshift seeded by
+                // time.
                 let mut state = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(1, |t| t.as_nanos() as u64 | 1);
-                loop {
+                let mut draw = move || {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
-                    let jitter = 0.5 + (state % 1000) as f64 / 1000.0;
-                    std::thread::sleep(interval.mul_f64(jitter));
+                    (state % 1_000_000) as f64 / 1_000_000.0
+                };
+                loop {
+                    std::thread::sleep(interval.mul_f64(0.5 + draw()));
                     let Some(sampler) = sampler.upgrade() else {
                         return;
                     };
                     let mut sampler = sampler.lock().unwrap_or_else(|p| p.into_inner());
-                    sampler.pass(Instant::now());
+                    sampler.pass(Instant::now(), &mut draw);
                 }
             });
         if let Err(error) = spawned {
@@ -291,8 +314,16 @@ impl Source for StacksSource {
             self.start();
         }
         let pids = snapshot.gpu_pids();
+        let starved = snapshot
+            .gpu
+            .iter()
+            .flat_map(|g| &g.devices)
+            .filter(|d| d.busy.is_some_and(|b| b.mean_ratio < STARVED_BUSY))
+            .flat_map(|d| &d.processes)
+            .map(|p| p.pid)
+            .collect();
         let mut sampler = self.sampler.lock().unwrap_or_else(|p| p.into_inner());
-        sampler.track(pids);
+        sampler.track(pids, starved);
         let refused = sampler
             .passed_over
             .values()
@@ -312,7 +343,7 @@ impl Source for StacksSource {
         if refused > 0 && refused == sampler.pids.len() {
             return Err(SourceError::Unsupported(
                 "no ptrace access to the GPU processes: run as their user, or as root with \
-                 CAP_SYS_PTRACE (Helm: helm/gpu-bottleneck-exporter/ci/root-ptrace-values.yaml)"
+                 CAP_SYS_PTRACE (Helm value `ptrace: true`, or deploy/kubernetes/ptrace)"
                     .into(),
             ));
         }
@@ -327,6 +358,7 @@ mod tests {
     fn sample(at: u64, activity: Activity, function: &str) -> Sample {
         Sample {
             at: Instant::now() + Duration::from_secs(at),
+            weight: 1.0,
             activity,
             frame: Some((function.into(), format!("/job/train.py:{at}"))),
         }
@@ -351,5 +383,24 @@ mod tests {
         assert_eq!(summary.top_frames[0].share, 0.75);
         assert_eq!(summary.top_frames[0].activity, Activity::GpuSync);
         assert_eq!(summary.top_frames.len(), 2);
+    }
+
+    #[test]
+    fn samples_at_the_starved_rate_count_for_the_time_they_stand_for() {
+        // Half a second in Python at the normal rate (one sample), then half a second starved
+        // in a sync (four samples at four times the rate): time shares 0.5 and 0.5, not 0.2
+        // and 0.8.
+        let mut samples = VecDeque::from([sample(0, Activity::Python, "train")]);
+        for at in 1..5 {
+            samples.push_back(Sample {
+                weight: 0.25,
+                ..sample(at, Activity::GpuSync, "item")
+            });
+        }
+        let summary = summarise(7, &samples);
+        assert_eq!(summary.samples, 5);
+        assert_eq!(summary.share(Activity::Python), 0.5);
+        assert_eq!(summary.share(Activity::GpuSync), 0.5);
+        assert!((summary.top_frames.iter().map(|f| f.share).sum::<f64>() - 1.0).abs() < 1e-9);
     }
 }

@@ -7,6 +7,54 @@ use serde_json::{json, Value};
 
 use crate::analysis::advice::{explanation, next_steps};
 use crate::analysis::{GpuVerdict, KindVerdict, Primary};
+use crate::snapshot::{Activity, ProcessStacks};
+
+/// Where the main GPU process's main thread was, as JSON: its shares per activity and the
+/// frames seen most (function, `file:line`, activity, share).
+fn stacks_json(stacks: &ProcessStacks) -> Value {
+    let shares: serde_json::Map<String, Value> = Activity::ALL
+        .iter()
+        .map(|a| (a.name().to_string(), json!(stacks.share(*a))))
+        .collect();
+    let frames: Vec<Value> = stacks
+        .top_frames
+        .iter()
+        .map(|f| json!({"function": f.function, "location": f.location, "activity": f.activity.name(), "share": f.share}))
+        .collect();
+    json!({"pid": stacks.pid, "samples": stacks.samples, "activity": shares, "top_frames": frames})
+}
+
+/// The same, as lines of the text report.
+fn stacks_text(stacks: &ProcessStacks) -> String {
+    let mut shares: Vec<(Activity, f64)> = Activity::ALL
+        .iter()
+        .map(|a| (*a, stacks.share(*a)))
+        .filter(|(_, share)| *share >= 0.005)
+        .collect();
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let shares: Vec<String> = shares
+        .iter()
+        .map(|(a, share)| format!("{} {:.0} %", a.name(), 100.0 * share))
+        .collect();
+    let mut out = format!(
+        "  Main thread (pid {}, {} stack samples): {}
+",
+        stacks.pid,
+        stacks.samples,
+        shares.join(", ")
+    );
+    for f in &stacks.top_frames {
+        let _ = writeln!(
+            out,
+            "    {:>3.0} %  {} at {} ({})",
+            100.0 * f.share,
+            f.function,
+            f.location,
+            f.activity.name()
+        );
+    }
+    out
+}
 
 /// GPUs in report order: bottlenecks first (strongest first), then undetermined, idle, busy.
 fn ranked(verdicts: &[GpuVerdict]) -> Vec<&GpuVerdict> {
@@ -77,14 +125,18 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                     })
                 })
                 .collect();
-            json!({
+            let mut gpu = json!({
                 "gpu": v.index,
                 "uuid": v.uuid,
                 "primary": v.primary.name(),
                 "explanation": explanation(v.primary),
                 "next_steps": next_steps(v.primary),
                 "kinds": kinds,
-            })
+            });
+            if let Some(stacks) = &v.figures.stacks {
+                gpu["main_thread"] = stacks_json(stacks);
+            }
+            gpu
         })
         .collect();
     json!({"simulated": simulated, "gpus": gpus})
@@ -143,6 +195,9 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
             .collect();
         if !others.is_empty() {
             let _ = writeln!(out, "  Also active: {}", others.join(", "));
+        }
+        if let Some(stacks) = &v.figures.stacks {
+            out.push_str(&stacks_text(stacks));
         }
         let unknown: Vec<&str> = v
             .kinds

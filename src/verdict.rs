@@ -3,6 +3,8 @@
 //! It sits beside the snapshot (which carries the verdicts of its tick) so that the data model
 //! depends on no stage; `analysis` computes these values, `exposition` and `report` show them.
 
+use crate::snapshot::{Activity, ProcessStacks};
+
 /// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -188,8 +190,11 @@ pub struct WindowFigures {
     pub host_cpu: Option<f64>,
     /// Mean host CPU share used outside the GPU process trees.
     pub other_cpu: Option<f64>,
-    /// Mean share of the main thread's stack samples synchronizing with the GPU.
-    pub stack_sync: Option<f64>,
+    /// Where the main GPU process's main thread was over the stacks source's own window, at
+    /// the end of this window (`None` where its stacks are not read).
+    pub stacks: Option<ProcessStacks>,
+    /// Data-loader workers' CPU over the window, in cores, summed.
+    pub workers_cpu: Option<f64>,
     /// Mean number of the job's threads waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Share of the job's CPUs its GPU process trees use.
@@ -198,6 +203,31 @@ pub struct WindowFigures {
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
     pub job_gap: Option<f64>,
+}
+
+impl WindowFigures {
+    /// The share of the main thread's stack samples in `activity`, where stacks are read.
+    pub fn stack_share(&self, activity: Activity) -> Option<f64> {
+        self.stacks.as_ref().map(|s| s.share(activity))
+    }
+
+    /// The frame seen most in `activity`, described for the evidence
+    /// (`train at /job/train.py:57, 62 % of the samples`); empty when none.
+    pub fn top_frame(&self, activity: Activity) -> String {
+        self.stacks
+            .iter()
+            .flat_map(|s| &s.top_frames)
+            .find(|f| f.activity == activity)
+            .map(|f| {
+                format!(
+                    "{} at {}, {:.0} % of the samples",
+                    f.function,
+                    f.location,
+                    100.0 * f.share
+                )
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// Who shares a GPU.

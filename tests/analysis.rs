@@ -8,7 +8,26 @@ use common::exposition::value;
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
 use gpu_bottleneck_exporter::config::Analysis;
-use gpu_bottleneck_exporter::snapshot::Snapshot;
+use gpu_bottleneck_exporter::snapshot::{Activity, FrameShare, ProcessStacks, Snapshot};
+
+/// A main thread seen `share` of its samples in `activity` (the rest in Python), most often at
+/// `train.py:57`.
+fn stacks(activity: Activity, share: f64) -> Option<ProcessStacks> {
+    let mut shares = [0.0; 5];
+    shares[Activity::ALL.iter().position(|a| *a == activity).unwrap()] += share;
+    shares[3] += 1.0 - share;
+    Some(ProcessStacks {
+        pid: 4242,
+        samples: 60,
+        shares,
+        top_frames: vec![FrameShare {
+            function: "train".into(),
+            location: "/job/train.py:57".into(),
+            activity,
+            share,
+        }],
+    })
+}
 
 /// A healthy GPU running one training process flat out, every input known.
 fn healthy(uuid: &str) -> GpuObservation {
@@ -360,17 +379,123 @@ fn a_main_thread_seen_synchronizing_is_a_sync_stall_however_busy() {
     fires(Kind::HostBound, spinning);
     fires(Kind::SyncStall, |o| {
         spinning(o);
-        o.stack_sync = Some(0.8);
+        o.stacks = stacks(Activity::GpuSync, 0.8);
     });
     does_not_fire(Kind::HostBound, |o| {
         spinning(o);
-        o.stack_sync = Some(0.8);
+        o.stacks = stacks(Activity::GpuSync, 0.8);
     });
     // Near miss: a Python loop seen mostly in model code stays host-bound.
     fires(Kind::HostBound, |o| {
         spinning(o);
-        o.stack_sync = Some(0.1);
+        o.stacks = stacks(Activity::GpuSync, 0.1);
     });
+}
+
+/// A loop seen waiting for its loader, with no worker pegged and no disk figure past its
+/// threshold: data_cpu when the workers compute (or wait for a CPU), data_io when they do not
+/// (reading from network storage, say); the frame it waits at is quoted. Without workers the
+/// loop loads its own data: not a loader wait.
+#[test]
+fn a_main_thread_seen_waiting_for_its_loader_is_data_by_the_workers_state() {
+    let waiting = |o: &mut GpuObservation| {
+        o.busy = Some(0.35);
+        o.workers = Some(4);
+        o.workers_max_cpu = Some(0.7);
+        o.host_cpu = Some(0.45);
+        o.own_cpu = Some(0.45);
+        o.stacks = stacks(Activity::DataLoader, 0.7);
+    };
+    let computing = |o: &mut GpuObservation| {
+        waiting(o);
+        o.workers_cpu = Some(2.6);
+    };
+    fires(Kind::DataCpu, computing);
+    fires(Kind::DataIo, |o| {
+        waiting(o);
+        o.workers_max_cpu = Some(0.1);
+        o.workers_cpu = Some(0.3);
+    });
+    // Four workers at 0.1 of a core each, but their threads wait for CPUs (too many workers
+    // for the cores): computing.
+    fires(Kind::DataCpu, |o| {
+        waiting(o);
+        o.workers_max_cpu = Some(0.1);
+        o.workers_cpu = Some(0.4);
+        o.cpu_wait = Some(3.0);
+    });
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        computing(&mut o);
+        o
+    });
+    let data_cpu = verdict
+        .kinds
+        .iter()
+        .find(|k| k.scored.kind == Kind::DataCpu)
+        .unwrap();
+    let quoted = data_cpu
+        .scored
+        .evidence
+        .iter()
+        .find(|e| e.name == "main_thread_waits_for_loader")
+        .unwrap();
+    assert_eq!(quoted.value, 0.7);
+    assert_eq!(
+        quoted.detail,
+        "train at /job/train.py:57, 70 % of the samples"
+    );
+    // Near misses: without the stacks the same counters decide nothing; a loop mostly in
+    // Python; no workers.
+    does_not_fire(Kind::DataCpu, |o| {
+        computing(o);
+        o.stacks = None;
+    });
+    does_not_fire(Kind::DataCpu, |o| {
+        computing(o);
+        o.stacks = stacks(Activity::DataLoader, 0.2);
+    });
+    does_not_fire(Kind::DataCpu, |o| {
+        computing(o);
+        o.workers = Some(0);
+    });
+}
+
+/// Ranks of one job, one seen mostly in a collective: it waits for its peers
+/// (communication), even where its GPU looks as busy as theirs; the same share on a GPU alone
+/// in its job is not communication.
+#[test]
+fn a_rank_seen_mostly_in_a_collective_waits_for_its_peers() {
+    let ranks = |job_b: &'static str| {
+        run_many(40, move |_| {
+            let mut waiting = healthy("GPU-waiting");
+            let mut peer = healthy("GPU-peer");
+            waiting.job = Some("pod:a".into());
+            peer.job = Some(job_b.into());
+            waiting.stacks = stacks(Activity::Collective, 0.75);
+            vec![waiting, peer]
+        })
+    };
+    let verdicts = ranks("pod:a");
+    assert_eq!(
+        verdicts[0].primary,
+        Primary::Bottleneck(Kind::Communication),
+        "{:?}",
+        active(&verdicts[0])
+    );
+    let communication = &verdicts[0]
+        .kinds
+        .iter()
+        .find(|k| k.scored.kind == Kind::Communication)
+        .unwrap()
+        .scored;
+    assert!(communication
+        .evidence
+        .iter()
+        .any(|e| e.name == "main_thread_in_collective" && e.detail.contains("/job/train.py:57")));
+    assert!(!active(&verdicts[1]).contains(&Kind::Communication));
+    let verdicts = ranks("pod:b");
+    assert!(!active(&verdicts[0]).contains(&Kind::Communication));
 }
 
 /// A loader blocked on storage on a VM whose hypervisor steals a fifth of the CPU: its threads

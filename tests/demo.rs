@@ -22,7 +22,7 @@ fn expected(role: Role) -> Primary {
         Role::SyncStall => Primary::Bottleneck(Kind::SyncStall),
         Role::KernelEfficiency => Primary::Bottleneck(Kind::KernelEfficiency),
         Role::MemoryPressure => Primary::Bottleneck(Kind::MemoryPressure),
-        Role::JobFastRank => Primary::Busy,
+        Role::JobFastRank => Primary::Bottleneck(Kind::Communication),
         Role::JobSlowRank => Primary::Bottleneck(Kind::Communication),
         Role::Contention => Primary::Bottleneck(Kind::Contention),
         Role::Throttling => Primary::Bottleneck(Kind::Throttling),

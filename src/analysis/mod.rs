@@ -152,8 +152,13 @@ impl Analyzer {
         // A straggler (a GPU behind the busiest of its job) straggles for a reason of its own
         // when one is active: that reason is the verdict, the imbalance its consequence.
         let only_imbalance = |k: &KindVerdict| {
+            let score = k.scored.score.unwrap_or(0.0);
             k.scored.kind == Kind::Communication
-                && k.scored.evidence.iter().all(|e| e.name == "job_busy_gap")
+                && k.scored
+                    .evidence
+                    .iter()
+                    .filter(|e| e.strength >= score)
+                    .all(|e| e.name == "job_busy_gap")
         };
         let strongest = kinds
             .iter()

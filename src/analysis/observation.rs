@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::snapshot::{Activity, GpuDevice, ProcessContext, ProcessStacks, Snapshot};
+use crate::snapshot::{GpuDevice, ProcessContext, ProcessStacks, Snapshot};
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
@@ -50,15 +50,17 @@ pub struct GpuObservation {
     pub job: Option<String>,
     /// The main GPU process's busiest thread, share of a core.
     pub busiest_thread: Option<f64>,
-    /// Share of the main GPU process's stack samples in which its main thread synchronized
-    /// with the GPU (`None` where its stacks are not read).
-    pub stack_sync: Option<f64>,
+    /// Where the main GPU process's main thread was over the stacks source's window (`None`
+    /// where its stacks are not read).
+    pub stacks: Option<ProcessStacks>,
     /// Mean number of the main GPU process's main thread and workers waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Data-loader workers of the main GPU process.
     pub workers: Option<u32>,
     /// The busiest worker's share of a core.
     pub workers_max_cpu: Option<f64>,
+    /// The workers' CPU, in cores, summed.
+    pub workers_cpu: Option<f64>,
     /// Workers in uninterruptible (I/O) wait.
     pub workers_disk_wait: Option<u32>,
     /// Mean number of workers waiting for block I/O (delay accounting).
@@ -163,11 +165,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 job,
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
-                stack_sync: main
-                    .and_then(|p| stacks.get(&p.pid))
-                    .map(|s| s.share(Activity::GpuSync)),
+                stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
+                workers_cpu: context.and_then(|c| c.workers.cpu_cores),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),
                 workers_blkio: context.and_then(|c| c.workers.blkio_delay_ratio),
                 cgroup_throttled: context.and_then(|c| c.cgroup.as_ref()?.throttled_ratio),

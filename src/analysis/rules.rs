@@ -12,6 +12,7 @@
 use super::observation::{mean, share, GpuObservation};
 use super::{Evidence, Kind, KindScore, Sharing, WindowFigures};
 use crate::config::Analysis as Thresholds;
+use crate::snapshot::Activity;
 
 /// How strongly `value` exceeds `threshold` ("high is bad").
 pub fn high(value: f64, threshold: f64) -> f64 {
@@ -90,7 +91,8 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         other_cpu: m(|o| o.other_cpu),
         own_cpu: m(|o| o.own_cpu),
         cpu_wait: m(|o| o.cpu_wait),
-        stack_sync: m(|o| o.stack_sync),
+        stacks: window.last().and_then(|o| o.stacks.clone()),
+        workers_cpu: m(|o| o.workers_cpu),
         steal: m(|o| o.steal),
         job_gap: None,
     }
@@ -160,6 +162,28 @@ impl Rule {
         Some(s)
     }
 
+    /// An alternative read from the main thread's stacks: the share of its samples in
+    /// `activity` ("high is bad", against the stack-share threshold), quoting the frame seen
+    /// most there. `None` where stacks are not read.
+    fn observed(
+        &mut self,
+        name: &'static str,
+        w: &WindowFigures,
+        activity: Activity,
+        t: &Thresholds,
+    ) -> Option<f64> {
+        let share = w.stack_share(activity)?;
+        let s = high_ratio(share, t.stack_share_high);
+        self.evidence.push(Evidence {
+            name,
+            value: share,
+            threshold: t.stack_share_high,
+            strength: s,
+            detail: w.top_frame(activity),
+        });
+        Some(s)
+    }
+
     /// Records a categorical fact with its score and what it names.
     fn fact(&mut self, name: &'static str, value: f64, strength: f64, detail: String) {
         self.evidence.push(Evidence {
@@ -208,6 +232,9 @@ pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
         rule.alternative("workers_blkio", w.workers_blkio, t.workers_blkio_high, high),
         // A worker in D state on average, against one worker: a plain count.
         rule.alternative("workers_in_io_wait", w.workers_disk_wait, 1.0, high),
+        // Seen in its stacks, a loop waiting for workers that are not computing waits for
+        // their data, even when no disk figure shows it (network storage, one slow file).
+        loader_wait(&mut rule, w, t, false),
     ];
     rule.any(Kind::DataIo, gate, &alternatives)
 }
@@ -229,8 +256,25 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
             Some(own) => rule.alternative("own_cpu", Some(own), t.host_cpu_high, high_ratio),
             None => rule.alternative("host_cpu", w.host_cpu, t.host_cpu_high, high_ratio),
         },
+        // Seen in its stacks, a loop waiting for workers that compute waits for their
+        // preprocessing, even when no worker is pegged.
+        loader_wait(&mut rule, w, t, true),
     ];
     rule.any(Kind::DataCpu, gate, &alternatives)
+}
+
+/// The main thread seen waiting for its data-loader workers (`main_thread_waits_for_loader`),
+/// counted for data_cpu when the workers compute (`computing`) and for data_io when they do
+/// not. Workers compute when, per worker, their CPU and their threads' wait for a CPU reach
+/// the quiet threshold (half a core): busy workers, or too many of them for the cores.
+/// Without workers the loop loads its own data: that is host_bound's business.
+fn loader_wait(rule: &mut Rule, w: &WindowFigures, t: &Thresholds, computing: bool) -> Option<f64> {
+    let workers = w.workers.filter(|n| *n >= 0.5)?;
+    let cpu = w.workers_cpu? + w.cpu_wait.unwrap_or(0.0);
+    if (cpu / workers >= t.quiet_below) != computing {
+        return None;
+    }
+    rule.observed("main_thread_waits_for_loader", w, Activity::DataLoader, t)
 }
 
 /// The main training thread is the bottleneck.
@@ -246,7 +290,7 @@ pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
     // A main thread seen mostly synchronizing burns its core waiting for the GPU (CUDA's
     // spin wait), not in Python: not host-bound, whatever its CPU.
     let not_syncing = w
-        .stack_sync
+        .stack_share(Activity::GpuSync)
         .map(|sync| {
             // A veto, not a weight: below the threshold the stacks do not weaken the case.
             let s = if sync < t.stack_share_high {
@@ -259,7 +303,7 @@ pub fn host_bound(w: &WindowFigures, t: &Thresholds) -> KindScore {
                 value: sync,
                 threshold: t.stack_share_high,
                 strength: s,
-                detail: String::new(),
+                detail: w.top_frame(Activity::GpuSync),
             });
             s
         })
@@ -286,12 +330,7 @@ pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
     // Seen in its stacks, a main thread mostly synchronizing waits for the GPU however busy
     // it looks: with CUDA's spin wait it holds its core (and a share of the host's CPU).
     let observed = rule
-        .alternative(
-            "main_thread_in_gpu_sync",
-            w.stack_sync,
-            t.stack_share_high,
-            high_ratio,
-        )
+        .observed("main_thread_in_gpu_sync", w, Activity::GpuSync, t)
         .unwrap_or(0.0);
     let quiet = [
         rule.condition("disk_util", w.disk_util, t.quiet_below, low),
@@ -333,6 +372,12 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let gap = rule
         .alternative("job_busy_gap", w.job_gap, t.job_imbalance, high)
         .unwrap_or(0.0);
+    // A rank of a multi-GPU job seen mostly in a collective waits for its peers, whichever
+    // GPU looks busier (NCCL's kernels spin on the waiting GPU).
+    let collective = w
+        .job_gap
+        .and_then(|_| rule.observed("main_thread_in_collective", w, Activity::Collective, t))
+        .unwrap_or(0.0);
     let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
         // A link trained below its maximum while the GPU works (idle links drop on purpose):
         // the less bandwidth it has left, the surer the cause. Half the bandwidth scores
@@ -349,7 +394,10 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
         }
         _ => 0.0,
     };
-    rule.done(Kind::Communication, gap.max(degraded_while_busy))
+    rule.done(
+        Kind::Communication,
+        gap.max(degraded_while_busy).max(collective),
+    )
 }
 
 /// Something else takes the resources.

@@ -424,30 +424,37 @@ impl DemoSource {
 }
 
 impl DemoSource {
-    /// Where a case's main thread would be seen in its Python stack samples.
+    /// Where a case's main thread would be seen in its Python stack samples (the frames the
+    /// stacks source quotes: the innermost of the job's own code).
     fn stacks(role: Role, pid: u32) -> ProcessStacks {
         // Shares in Activity::ALL order: data_loader, gpu_sync, collective, python, other.
         let (shares, function, location): ([f64; 5], &str, &str) = match role {
             Role::DataIo | Role::DataCpu => (
                 [0.7, 0.05, 0.0, 0.2, 0.05],
-                "_MultiProcessingDataLoaderIter._next_data",
-                "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py:1328",
+                "train",
+                "/workspace/train.py:61",
             ),
             Role::SyncStall => (
                 [0.02, 0.6, 0.0, 0.33, 0.05],
                 "train_step",
                 "/workspace/train.py:88",
             ),
-            Role::JobFastRank | Role::JobSlowRank => (
-                [0.05, 0.05, 0.45, 0.4, 0.05],
-                "all_reduce",
-                "/opt/conda/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:2501",
+            // The fast rank waits in the collective for the slow one, which computes.
+            Role::JobFastRank => (
+                [0.05, 0.05, 0.6, 0.25, 0.05],
+                "average_gradients",
+                "/workspace/train.py:97",
+            ),
+            Role::JobSlowRank => (
+                [0.05, 0.05, 0.1, 0.75, 0.05],
+                "Transformer.forward",
+                "/workspace/model.py:142",
             ),
             Role::Idle => ([0.0, 0.0, 0.0, 0.0, 1.0], "sleep", "/workspace/serve.py:12"),
             _ => (
                 [0.05, 0.1, 0.0, 0.8, 0.05],
-                "Module._call_impl",
-                "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py:1750",
+                "Transformer.forward",
+                "/workspace/model.py:142",
             ),
         };
         let strongest = (0..shares.len())

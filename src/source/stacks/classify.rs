@@ -42,6 +42,20 @@ const COLLECTIVES: [&str; 5] = [
     "barrier",
 ];
 
+/// Whether a file is the job's own code rather than Python's or an installed package's: the
+/// frame an engineer wants quoted is the line of the training script that waits, not the
+/// queue internals it waits in.
+pub fn is_job_code(file: &str) -> bool {
+    ![
+        "/site-packages/",
+        "/dist-packages/",
+        "/lib/python3",
+        "<frozen",
+    ]
+    .iter()
+    .any(|part| file.contains(part))
+}
+
 /// The method or function name without its class.
 fn bare(function: &str) -> &str {
     function.rsplit('.').next().unwrap_or(function)
@@ -161,5 +175,20 @@ mod tests {
         // A function that merely contains a syncing name is not one.
         let items = [frame("dict_items", "/job/util.py"), TRAIN];
         assert_eq!(classify(&items, true, None), Activity::Python);
+    }
+
+    #[test]
+    fn the_job_s_own_code_is_told_from_python_s_and_packages() {
+        assert!(is_job_code("/job/train.py"));
+        assert!(is_job_code("<string>"));
+        assert!(is_job_code("/home/me/project/workloads/emugpu.py"));
+        assert!(!is_job_code(
+            "/usr/lib/python3.11/multiprocessing/queues.py"
+        ));
+        assert!(!is_job_code(
+            "/opt/venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py"
+        ));
+        assert!(!is_job_code("/usr/lib/python3/dist-packages/numpy/core.py"));
+        assert!(!is_job_code("<frozen importlib._bootstrap>"));
     }
 }

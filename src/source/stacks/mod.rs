@@ -51,7 +51,8 @@ struct Sample {
     /// starved rate (so that shares over a window that saw both rates stay time shares).
     weight: f64,
     activity: Activity,
-    /// Innermost frame: function and `file:line`.
+    /// The innermost frame of the job's own code (else the innermost): function and
+    /// `file:line`.
     frame: Option<(String, String)>,
 }
 
@@ -133,11 +134,16 @@ impl Sampler {
                 file: &f.filename,
             })
             .collect();
+        let quoted = main
+            .frames
+            .iter()
+            .find(|f| classify::is_job_code(&f.filename))
+            .or(innermost);
         Some(Sample {
             at: now,
             weight,
             activity: classify(&frames, main.active, line.as_deref()),
-            frame: innermost.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
+            frame: quoted.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
     }
 

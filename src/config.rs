@@ -295,6 +295,8 @@ pub struct Sources {
     pub process: ProcessSource,
     /// Python stacks of the GPU processes: where each training loop's main thread waits.
     pub stacks: StacksSource,
+    /// The node's busiest processes outside the GPU process trees, named in the evidence.
+    pub culprits: CulpritsSource,
     /// Pod attribution through the kubelet's pod-resources socket.
     pub kubernetes: KubernetesSource,
 }
@@ -377,6 +379,30 @@ impl Default for StacksSource {
             enabled: true,
             window: ConfigDuration(Duration::from_secs(30)),
             interval: ConfigDuration(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// Settings of the culprits source: the node's busiest processes outside the GPU process
+/// trees, by CPU and by disk bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CulpritsSource {
+    /// Whether they are looked for. Even when on, a pass runs only while some GPU scores
+    /// data_io, data_cpu or contention past the leave score.
+    pub enabled: bool,
+    /// Time between two passes over every process (each about 10 µs a process).
+    pub interval: ConfigDuration,
+    /// How many processes are named by CPU and by disk bytes (series and evidence).
+    pub top: usize,
+}
+
+impl Default for CulpritsSource {
+    fn default() -> Self {
+        CulpritsSource {
+            enabled: true,
+            interval: ConfigDuration(Duration::from_secs(5)),
+            top: 5,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::analysis::Analyzer;
+use crate::analysis::{Analyzer, Kind};
 use crate::config::{Config, Metrics};
 use crate::exposition::{self, Exposition};
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
@@ -27,6 +27,10 @@ pub struct Sampler {
     node: String,
     /// Which families the exposition serves.
     metrics: Metrics,
+    /// Whether the next tick looks for the node's busiest processes (see
+    /// [`Snapshot::culprits_wanted`]), and the score past which a kind wants them.
+    culprits_wanted: bool,
+    leave_score: f64,
 }
 
 impl Sampler {
@@ -40,6 +44,8 @@ impl Sampler {
             samples_total: 0,
             node: String::new(),
             metrics: Metrics::default(),
+            culprits_wanted: false,
+            leave_score: crate::config::Analysis::default().leave_score,
         }
     }
 
@@ -67,6 +73,7 @@ impl Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
             node,
             metrics: config.metrics.clone(),
+            leave_score: config.analysis.leave_score,
             ..Sampler::new(sources)
         }
     }
@@ -77,6 +84,7 @@ impl Sampler {
         let mut snapshot = Snapshot {
             samples_total: self.samples_total,
             node: self.node.clone(),
+            culprits_wanted: self.culprits_wanted,
             ..Snapshot::default()
         };
         for (source, (last, errors_total)) in self.sources.iter_mut().zip(&mut self.history) {
@@ -103,6 +111,14 @@ impl Sampler {
             *last = Some(outcome);
         }
         snapshot.verdicts = self.analyzer.update(&snapshot, now.as_secs_f64());
+        // Other processes can explain a data or contention case: look for them while one
+        // scores past the leave score (a latched case stays active down to it).
+        self.culprits_wanted = snapshot.verdicts.iter().flat_map(|v| &v.kinds).any(|k| {
+            matches!(
+                k.scored.kind,
+                Kind::DataIo | Kind::DataCpu | Kind::Contention
+            ) && k.scored.score.is_some_and(|s| s >= self.leave_score)
+        });
         snapshot
     }
 }

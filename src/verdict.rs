@@ -3,7 +3,7 @@
 //! It sits beside the snapshot (which carries the verdicts of its tick) so that the data model
 //! depends on no stage; `analysis` computes these values, `exposition` and `report` show them.
 
-use crate::snapshot::{Activity, ProcessStacks};
+use crate::snapshot::{Activity, Culprits, ProcessStacks};
 
 /// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -195,6 +195,9 @@ pub struct WindowFigures {
     pub stacks: Option<ProcessStacks>,
     /// Data-loader workers' CPU over the window, in cores, summed.
     pub workers_cpu: Option<f64>,
+    /// The node's busiest processes outside the GPU process trees, as last found (`None`
+    /// while not looked for).
+    pub culprits: Option<Culprits>,
     /// Mean number of the job's threads waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Share of the job's CPUs its GPU process trees use.

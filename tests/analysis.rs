@@ -8,7 +8,9 @@ use common::exposition::value;
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
 use gpu_bottleneck_exporter::config::Analysis;
-use gpu_bottleneck_exporter::snapshot::{Activity, FrameShare, ProcessStacks, Snapshot};
+use gpu_bottleneck_exporter::snapshot::{
+    Activity, Culprits, FrameShare, NodeProcess, ProcessStacks, Snapshot,
+};
 
 /// A main thread seen `share` of its samples in `activity` (the rest in Python), most often at
 /// `train.py:57`.
@@ -496,6 +498,78 @@ fn a_rank_seen_mostly_in_a_collective_waits_for_its_peers() {
     assert!(!active(&verdicts[1]).contains(&Kind::Communication));
     let verdicts = ranks("pod:b");
     assert!(!active(&verdicts[0]).contains(&Kind::Communication));
+}
+
+/// The node's busiest processes are named in the evidence of the case they explain: disk
+/// readers for data_io decided by storage figures, CPU users for host-side contention.
+#[test]
+fn the_evidence_names_who_else_takes_the_disk_or_the_cpus() {
+    let updatedb = NodeProcess {
+        pid: 812,
+        command: "updatedb".into(),
+        cpu_cores: 0.3,
+        read_bytes_per_second: Some(310e6),
+        write_bytes_per_second: Some(0.0),
+        ..NodeProcess::default()
+    };
+    let stress = NodeProcess {
+        pid: 901,
+        command: "stress-ng".into(),
+        pod_uid: "3f2a".into(),
+        cpu_cores: 1.9,
+        ..NodeProcess::default()
+    };
+    let culprits = Culprits {
+        by_cpu: vec![stress.clone(), updatedb.clone()],
+        by_disk: vec![updatedb],
+    };
+    let evidence = |kind: Kind, modify: &dyn Fn(&mut GpuObservation)| {
+        let verdict = run(40, |_| {
+            let mut o = healthy("GPU-a");
+            modify(&mut o);
+            o.culprits = Some(culprits.clone());
+            o
+        });
+        let scored = &verdict
+            .kinds
+            .iter()
+            .find(|k| k.scored.kind == kind)
+            .unwrap()
+            .scored;
+        assert_eq!(verdict.primary, Primary::Bottleneck(kind), "{scored:?}");
+        scored.evidence.clone()
+    };
+    let storage = evidence(Kind::DataIo, &|o| {
+        o.busy = Some(0.3);
+        o.disk_util = Some(0.98);
+        o.iowait = Some(0.2);
+    });
+    let named = storage
+        .iter()
+        .find(|e| e.name == "busiest_disk_processes")
+        .unwrap();
+    assert_eq!(
+        named.detail,
+        "updatedb (pid 812) read 310 MB/s, wrote 0 B/s"
+    );
+    assert!(named.strength >= 0.5);
+    let cpus = evidence(Kind::Contention, &|o| {
+        o.busy = Some(0.3);
+        o.other_cpu = Some(0.95);
+        o.cpu_wait = Some(1.5);
+    });
+    let named = cpus
+        .iter()
+        .find(|e| e.name == "busiest_cpu_processes")
+        .unwrap();
+    assert!(
+        named
+            .detail
+            .starts_with("stress-ng (pid 901, pod 3f2a) 1.90 cores; updatedb"),
+        "{}",
+        named.detail
+    );
+    assert!(named.strength >= 0.5);
 }
 
 /// A loader blocked on storage on a VM whose hypervisor steals a fifth of the CPU: its threads

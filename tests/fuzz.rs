@@ -164,7 +164,8 @@ fn process_and_cgroup_parsers() {
         "io and children",
         &["rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n", "12 13 14 "],
         |t| {
-            let _ = procfs::parse_io_read_bytes(t);
+            let _ = procfs::parse_io_field(t, "write_bytes");
+            let _ = procfs::parse_comm(t);
             let _ = procfs::parse_children(t);
         },
     );

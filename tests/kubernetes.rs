@@ -467,11 +467,45 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             .spawn()
             .unwrap(),
     );
+    // A CPU hog of root's outside every GPU process tree: the culprit to name.
+    let hog = Reaped(
+        std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    // GPU-shared holds two independent jobs (contention): the culprits are looked for. The
+    // second is a grandchild of the test (another parent than `foreign`'s: another job).
+    let holder = Reaped(
+        std::process::Command::new("sh")
+            .args(["-c", "sleep 120; :"])
+            // Its sleep outlives the shell on a failure: it must not hold the test's output.
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let children = format!("/proc/{0}/task/{0}/children", holder.0.id());
+    let grandchild = (0..100)
+        .find_map(|_| {
+            let found = std::fs::read_to_string(&children)
+                .ok()?
+                .trim()
+                .parse::<u32>()
+                .ok();
+            if found.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            found
+        })
+        .expect("the holder's sleep");
     let scenario = Scenario::new(&format!(
-        "devices:\n  - uuid: GPU-rank\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-other\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-capless\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n",
+        "devices:\n  - uuid: GPU-rank\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-other\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-capless\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 20}}\n  - uuid: GPU-shared\n    utilization_gpu: 20\n    processes:\n      - {{pid: {}, used_memory: 1000, sm: 10}}\n      - {{pid: {}, used_memory: 900, sm: 10}}\n",
         rank.0.id(),
         foreign.0.id(),
-        capless.0.id()
+        capless.0.id(),
+        foreign.0.id(),
+        grandchild
     ));
     let socket = scenario.path().with_file_name("kubelet.sock");
     let lister = Lister::default();
@@ -486,7 +520,7 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
     };
     let _kubelet = Kubelet::serve(&socket, lister);
     let config = format!(
-        "  kubernetes:\n    pod_resources_socket: {}\n    refresh_interval: 200ms\nanalysis:\n  window: 3s\n  min_duration: 1s\n",
+        "  culprits: {{interval: 1s}}\n  kubernetes:\n    pod_resources_socket: {}\n    refresh_interval: 200ms\nanalysis:\n  window: 3s\n  min_duration: 1s\n",
         socket.display()
     );
     let drop_all = ["--inh-caps=-all", "--bounding-set=-all", "--"];
@@ -517,6 +551,7 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
         let rank_pid = rank.0.id().to_string();
         let foreign_pid = foreign.0.id().to_string();
         let capless_pid = capless.0.id().to_string();
+        let hog_pid = hog.0.id().to_string();
         let kubernetes_up =
             |p: &[Family]| value(p, "gpu_exporter_source_up", &[("source", "kubernetes")]);
         let page = exporter.metrics_when(|p| {
@@ -528,7 +563,8 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
                 )
                 .is_some()
                 && p.iter()
-                    .any(|f| f.name == "gpu_verdict" && f.samples.len() == 3)
+                    .any(|f| f.name == "gpu_verdict" && f.samples.len() == 4)
+                && value(p, "gpu_host_top_process_cpu_cores", &[("pid", &hog_pid)]).is_some()
                 && value(
                     p,
                     "gpu_exporter_source_errors_total",
@@ -581,6 +617,26 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             read_bytes(&rank_pid),
             None,
             "{who}: the rank holds capabilities the exporter lacks"
+        );
+        // The node's busiest process is named from its stat (readable by anyone); its disk
+        // bytes are root's, unreadable without CAP_SYS_PTRACE, and said so.
+        assert!(
+            value(
+                &page,
+                "gpu_host_top_process_cpu_cores",
+                &[("pid", &hog_pid)]
+            )
+            .is_some_and(|cores| cores > 0.3),
+            "{who}: the hog named by CPU"
+        );
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_signal_supported",
+                &[("signal", "node_process_disk_bytes")]
+            ),
+            Some(0.0),
+            "{who}: root's io needs CAP_SYS_PTRACE"
         );
         // The rank is a Python process of root's holding capabilities the exporter lacks: its
         // stacks are refused in both runs, reported unsupported, and nothing else changes.
@@ -635,4 +691,5 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             );
         }
     }
+    unsafe { libc::kill(grandchild as i32, libc::SIGKILL) };
 }

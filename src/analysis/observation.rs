@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::snapshot::{GpuDevice, ProcessContext, ProcessStacks, Snapshot};
+use crate::snapshot::{Culprits, GpuDevice, ProcessContext, ProcessStacks, Snapshot};
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
@@ -53,6 +53,9 @@ pub struct GpuObservation {
     /// Where the main GPU process's main thread was over the stacks source's window (`None`
     /// where its stacks are not read).
     pub stacks: Option<ProcessStacks>,
+    /// The node's busiest processes outside the GPU process trees (`None` while not looked
+    /// for).
+    pub culprits: Option<Culprits>,
     /// Mean number of the main GPU process's main thread and workers waiting for a CPU.
     pub cpu_wait: Option<f64>,
     /// Data-loader workers of the main GPU process.
@@ -166,6 +169,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
+                culprits: snapshot.culprits.clone(),
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
                 workers_cpu: context.and_then(|c| c.workers.cpu_cores),

@@ -12,7 +12,7 @@
 use super::observation::{mean, share, GpuObservation};
 use super::{Evidence, Kind, KindScore, Sharing, WindowFigures};
 use crate::config::Analysis as Thresholds;
-use crate::snapshot::Activity;
+use crate::snapshot::{Activity, Culprits, NodeProcess};
 
 /// How strongly `value` exceeds `threshold` ("high is bad").
 pub fn high(value: f64, threshold: f64) -> f64 {
@@ -92,6 +92,7 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         own_cpu: m(|o| o.own_cpu),
         cpu_wait: m(|o| o.cpu_wait),
         stacks: window.last().and_then(|o| o.stacks.clone()),
+        culprits: window.iter().rev().find_map(|o| o.culprits.clone()),
         workers_cpu: m(|o| o.workers_cpu),
         steal: m(|o| o.steal),
         job_gap: None,
@@ -236,6 +237,25 @@ pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
         // their data, even when no disk figure shows it (network storage, one slow file).
         loader_wait(&mut rule, w, t, false),
     ];
+    // Who else reads or writes: named with the strength of the storage figures it explains.
+    let storage = alternatives[..3]
+        .iter()
+        .flatten()
+        .fold(0.0, |a: f64, b| a.max(*b));
+    name_culprits(
+        &mut rule,
+        "busiest_disk_processes",
+        w,
+        storage,
+        |c| &c.by_disk,
+        |p| {
+            format!(
+                "read {}, wrote {}",
+                per_second(p.read_bytes_per_second.unwrap_or(0.0)),
+                per_second(p.write_bytes_per_second.unwrap_or(0.0))
+            )
+        },
+    );
     rule.any(Kind::DataIo, gate, &alternatives)
 }
 
@@ -261,6 +281,37 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
         loader_wait(&mut rule, w, t, true),
     ];
     rule.any(Kind::DataCpu, gate, &alternatives)
+}
+
+/// Bytes per second as people read them (`310 MB/s`).
+fn per_second(bytes: f64) -> String {
+    match bytes {
+        b if b >= 1e9 => format!("{:.1} GB/s", b / 1e9),
+        b if b >= 1e6 => format!("{:.0} MB/s", b / 1e6),
+        b if b >= 1e3 => format!("{:.0} kB/s", b / 1e3),
+        b => format!("{b:.0} B/s"),
+    }
+}
+
+/// Names the node's busiest processes outside the GPU process trees (at most three of
+/// `list`) as one fact, scored `strength`: the figures they explain.
+fn name_culprits(
+    rule: &mut Rule,
+    name: &'static str,
+    w: &WindowFigures,
+    strength: f64,
+    list: fn(&Culprits) -> &Vec<NodeProcess>,
+    figure: impl Fn(&NodeProcess) -> String,
+) {
+    let Some(processes) = w.culprits.as_ref().map(list).filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let named: Vec<String> = processes
+        .iter()
+        .take(3)
+        .map(|p| format!("{} {}", p.describe(), figure(p)))
+        .collect();
+    rule.fact(name, processes.len() as f64, strength, named.join("; "));
 }
 
 /// The main thread seen waiting for its data-loader workers (`main_thread_waits_for_loader`),
@@ -452,6 +503,15 @@ pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
         .fold(0.0, |a: f64, b| a.max(*b))
         .min(gate)
         .min(wants_cpu);
+    // Who else takes the CPUs: named with the strength of the host-side case.
+    name_culprits(
+        &mut rule,
+        "busiest_cpu_processes",
+        w,
+        host,
+        |c| &c.by_cpu,
+        |p| format!("{:.2} cores", p.cpu_cores),
+    );
     let known = sharing.is_some() || host_side.iter().any(Option::is_some);
     let unknown = rule.unknown || !known;
     KindScore {

@@ -172,6 +172,8 @@ metric!(CGROUP_THROTTLED_RATIO, "gpu_process_cgroup_cpu_throttled_ratio", Gauge,
 metric!(CGROUP_PRESSURE, "gpu_process_cgroup_pressure_stalled_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "resource", "kind"], "Share of the last interval the cgroup's tasks were stalled on cpu, io or memory (cgroup v2 PSI).");
 metric!(GPU_SLURM_JOB, "gpu_slurm_job", Info, None, ["gpu", "uuid", "namespace", "pod", "container", "slurm_job"], "A Slurm job running on the GPU (from its processes' cgroups), to join GPU and verdict series with the job.");
 metric!(OTHER_CPU, "gpu_host_other_cpu_ratio", Gauge, RATIO, [], "Share of all host CPU used over the last interval by processes outside the GPU process trees: competition for the data pipeline.");
+metric!(TOP_PROCESS_CPU, "gpu_host_top_process_cpu_cores", Gauge, None, ["pid", "command", "pod_uid", "container_id"], "CPU used by one of the node's busiest processes outside the GPU process trees (top sources.culprits.top), in cores; present only while some GPU scores data_io, data_cpu or contention.");
+metric!(TOP_PROCESS_DISK, "gpu_host_top_process_disk_bytes_per_second", Gauge, None, ["pid", "command", "pod_uid", "container_id", "direction"], "Bytes per second read or written from storage by one of the node's busiest processes by disk bytes outside the GPU process trees; present only while some GPU scores data_io, data_cpu or contention (other users' processes need CAP_SYS_PTRACE).");
 metric!(DELAY_ACCOUNTING, "gpu_host_delay_accounting_enabled", Gauge, None, [], "1 when the kernel's delay accounting (kernel.task_delayacct) is on, 0 when off; absent on kernels before 5.14 (on by default there).");
 
 // Verdicts.

@@ -2,7 +2,9 @@
 //! memory.
 
 use super::*;
-use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot, SourceOutcome};
+use crate::snapshot::{
+    Culprits, DiskCounters, DiskRates, DiskSnapshot, NodeProcess, Snapshot, SourceOutcome,
+};
 
 pub(super) fn self_families(snapshot: &Snapshot, tick_seconds: f64, out: &mut Vec<Family>) {
     let mut build = Family::new(&BUILD);
@@ -151,4 +153,35 @@ pub(super) fn memory_families(snapshot: &Snapshot, out: &mut Vec<Family>) {
             rates.swap_out_bytes_per_second,
         ));
     }
+}
+
+/// The node's busiest processes outside the GPU process trees: a bounded set (the top few by
+/// CPU and by disk bytes), labelled by pid, command and owner.
+pub(super) fn culprit_families(culprits: &Culprits, out: &mut Vec<Family>) {
+    let labels = |p: &NodeProcess| {
+        [
+            p.pid.to_string(),
+            p.command.clone(),
+            p.pod_uid.clone(),
+            p.container_id.clone(),
+        ]
+    };
+    let mut cpu = Family::new(&TOP_PROCESS_CPU);
+    for p in &culprits.by_cpu {
+        let [pid, command, pod, container] = labels(p);
+        cpu.add(&[&pid, &command, &pod, &container], p.cpu_cores);
+    }
+    let mut disk = Family::new(&TOP_PROCESS_DISK);
+    for p in &culprits.by_disk {
+        let [pid, command, pod, container] = labels(p);
+        for (direction, rate) in [
+            ("read", p.read_bytes_per_second),
+            ("write", p.write_bytes_per_second),
+        ] {
+            if let Some(rate) = rate {
+                disk.add(&[&pid, &command, &pod, &container, direction], rate);
+            }
+        }
+    }
+    out.extend([cpu, disk]);
 }

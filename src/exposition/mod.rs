@@ -225,6 +225,9 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
     if let Some(enabled) = snapshot.delay_accounting {
         out.push(Family::single(&DELAY_ACCOUNTING, flag(enabled)));
     }
+    if let Some(culprits) = &snapshot.culprits {
+        host::culprit_families(culprits, &mut out);
+    }
     out.retain(|family| !family.samples.is_empty());
     out
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::{Source, SourceError};
 use crate::snapshot::{
-    Activity, BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, DiskCounters,
-    DiskRates, DiskSnapshot, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess,
-    GpuSnapshot, GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot, NvLinkState,
-    PcieLink, PodRef, Pressure, PressureLine, PressureRates, PressureSnapshot, ProcessContext,
-    ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
+    Activity, BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, Culprits,
+    DiskCounters, DiskRates, DiskSnapshot, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory,
+    GpuProcess, GpuSnapshot, GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot,
+    NodeProcess, NvLinkState, PcieLink, PodRef, Pressure, PressureLine, PressureRates,
+    PressureSnapshot, ProcessContext, ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -474,6 +474,34 @@ impl DemoSource {
     }
 }
 
+impl DemoSource {
+    /// The node's busiest processes outside the GPU jobs: a backup copying the data set's
+    /// disk, a mlocate index, the container runtime.
+    fn culprits() -> Culprits {
+        let process = |pid: u32, command: &str, cpu_cores: f64, read: f64| NodeProcess {
+            pid,
+            command: command.into(),
+            cpu_cores,
+            read_bytes_per_second: Some(read),
+            write_bytes_per_second: Some(0.0),
+            ..NodeProcess::default()
+        };
+        let rsync = NodeProcess {
+            pod_uid: "de300000-0000-4000-8001-000000000812".into(),
+            ..process(812, "rsync", 0.41, 310e6)
+        };
+        let updatedb = process(4021, "updatedb.mlocat", 0.12, 45e6);
+        Culprits {
+            by_cpu: vec![
+                rsync.clone(),
+                process(1377, "containerd", 0.18, 0.0),
+                updatedb.clone(),
+            ],
+            by_disk: vec![rsync, updatedb],
+        }
+    }
+}
+
 impl Source for DemoSource {
     fn name(&self) -> &'static str {
         "demo"
@@ -500,6 +528,9 @@ impl Source for DemoSource {
             cuda_driver_version: "12.4".into(),
             devices,
         });
+        if snapshot.culprits_wanted {
+            snapshot.culprits = Some(Self::culprits());
+        }
         snapshot.simulated = true;
         Ok(())
     }

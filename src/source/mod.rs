@@ -3,6 +3,7 @@
 //! A source keeps the previous counters it read (to derive rates) and nothing else; parsing
 //! and rate arithmetic are pure functions in its module so they can be tested on strings.
 
+pub mod culprits;
 pub mod demo;
 pub mod gpu;
 pub mod host;
@@ -124,6 +125,13 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
         enabled.push(Box::new(stacks::StacksSource::new(
             config.paths.procfs.clone(),
             sources.stacks.clone(),
+        )));
+    }
+    // After gpu: it leaves the GPU process trees out.
+    if sources.culprits.enabled && sources.gpu.enabled {
+        enabled.push(Box::new(culprits::CulpritsSource::new(
+            config.paths.procfs.clone(),
+            sources.culprits.clone(),
         )));
     }
     // After gpu: it matches the kubelet's device ids to the GPUs the gpu source found.

@@ -296,11 +296,14 @@ impl Scenario {
 }
 
 /// A child process killed when the test ends, pass or fail: a leaked one would keep the test
-/// runner's output pipe open.
+/// runner's output pipe open (or burn a CPU). A child started in a process group of its own
+/// (`process_group(0)`) takes its descendants with it.
 pub struct Reaped(pub std::process::Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
+        // ESRCH unless the child leads a group.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

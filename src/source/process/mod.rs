@@ -31,7 +31,7 @@ use crate::snapshot::{ProcessContext, Snapshot, WorkerSummary};
 const ESRCH: i32 = 3;
 
 /// Why a /proc or /sys file could not be read.
-enum ReadError {
+pub(crate) enum ReadError {
     /// The process (or cgroup) is gone: skip it quietly.
     Gone,
     /// The exporter lacks the privilege (e.g. /proc/<pid>/io of another user's process
@@ -41,7 +41,7 @@ enum ReadError {
     Other(String),
 }
 
-fn read(path: &Path) -> Result<String, ReadError> {
+pub(crate) fn read(path: &Path) -> Result<String, ReadError> {
     std::fs::read_to_string(path).map_err(|e| match (e.kind(), e.raw_os_error()) {
         (io::ErrorKind::NotFound, _) | (_, Some(ESRCH)) => ReadError::Gone,
         (io::ErrorKind::PermissionDenied, _) => ReadError::Denied,
@@ -151,7 +151,7 @@ impl ProcessSource {
 
     fn read_ticks(&mut self, pid: u32, stat: &Stat) -> Ticks {
         let read_bytes = match read(&self.proc_path(pid, "io")) {
-            Ok(text) => procfs::parse_io_read_bytes(&text).ok(),
+            Ok(text) => procfs::parse_io_field(&text, "read_bytes").ok(),
             Err(ReadError::Denied) => {
                 self.io_denied = true;
                 None

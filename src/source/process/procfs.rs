@@ -11,6 +11,8 @@ pub struct Stat {
     pub utime: u64,
     /// Kernel-mode CPU time in clock ticks.
     pub stime: u64,
+    /// CPU time of its exited and reaped children, in clock ticks (`cutime` + `cstime`).
+    pub children_ticks: u64,
     /// Threads in the process.
     pub threads: u32,
     /// Start time in clock ticks after boot: with the pid, identifies a process across reuse.
@@ -43,6 +45,7 @@ pub fn parse_stat(line: &str) -> Result<Stat, String> {
         ppid: number(4)? as u32,
         utime: number(14)?,
         stime: number(15)?,
+        children_ticks: number(16)?.saturating_add(number(17)?),
         threads: number(20)? as u32,
         starttime: number(22)?,
         processor: number(39)? as u32,
@@ -124,15 +127,23 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
-/// Parses `read_bytes` of `/proc/<pid>/io`: bytes the process caused to be fetched from
-/// storage (page-cache hits excluded).
-pub fn parse_io_read_bytes(text: &str) -> Result<u64, String> {
+/// Parses one field of `/proc/<pid>/io`: `read_bytes` (bytes the process caused to be fetched
+/// from storage, page-cache hits excluded) or `write_bytes` (bytes it caused to be sent to
+/// storage).
+pub fn parse_io_field(text: &str, field: &str) -> Result<u64, String> {
     text.lines()
-        .find_map(|l| l.strip_prefix("read_bytes:"))
-        .ok_or("no read_bytes")?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .ok_or_else(|| format!("no {field}"))?
         .trim()
         .parse()
-        .map_err(|_| "read_bytes is not a number".to_string())
+        .map_err(|_| format!("{field} is not a number"))
+}
+
+/// The command name of a stat line: between the first `(` and the last `)`.
+pub fn parse_comm(line: &str) -> Option<&str> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    line.get(open + 1..close)
 }
 
 /// Parses a `schedstat` file (`run ns, run-queue wait ns, timeslices`): the nanoseconds the
@@ -220,10 +231,24 @@ mod tests {
     #[test]
     fn io_and_children() {
         assert_eq!(
-            parse_io_read_bytes("rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n").unwrap(),
+            parse_io_field(
+                "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n",
+                "read_bytes"
+            )
+            .unwrap(),
             4096
         );
-        assert!(parse_io_read_bytes("rchar: 10\n").is_err());
+        assert_eq!(
+            parse_io_field(
+                "read_bytes: 1\nwrite_bytes: 8192\ncancelled_write_bytes: 3\n",
+                "write_bytes"
+            ),
+            Ok(8192)
+        );
+        assert!(parse_io_field("rchar: 10\n", "read_bytes").is_err());
+        assert_eq!(parse_comm("812 (updatedb) S 1 812"), Some("updatedb"));
+        assert_eq!(parse_comm("9 (a (b) c) R 1"), Some("a (b) c"));
+        assert_eq!(parse_comm("9 nothing"), None);
         assert_eq!(parse_children("12 13 \n").unwrap(), vec![12, 13]);
         assert_eq!(parse_children("").unwrap(), Vec::<u32>::new());
         assert!(parse_children("12 x").is_err());

@@ -1,0 +1,226 @@
+//! The host side of each GPU process: its context (CPU, threads, workers, cgroup), where its
+//! main thread waits (Python stacks), and the node's busiest processes outside the GPU
+//! process trees.
+
+use super::PressureSnapshot;
+
+/// What the host says about one GPU process and the processes below it (data-loader workers).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessContext {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id (to tell siblings of one launcher, e.g. torchrun's ranks).
+    pub ppid: u32,
+    /// One-letter state of the main process (R, S, D, Z, T, I, ...).
+    pub state: char,
+    /// Threads of the main process.
+    pub threads: u32,
+    /// Real user id.
+    pub uid: Option<u32>,
+    /// Resident host memory of the main process, in bytes.
+    pub resident_bytes: Option<u64>,
+    /// When the process started, in seconds since the epoch.
+    pub start_time_seconds: Option<f64>,
+    /// User-mode CPU seconds since the process started.
+    pub cpu_user_seconds: f64,
+    /// Kernel-mode CPU seconds since the process started.
+    pub cpu_system_seconds: f64,
+    /// CPU used over the last interval, in cores (1.0 = one core fully busy).
+    pub cpu_cores: Option<f64>,
+    /// CPU share of one core used by the busiest thread over the last interval: near 1.0 is
+    /// the host-bound signature of a Python launch loop.
+    pub busiest_thread_ratio: Option<f64>,
+    /// Mean number of the process's main thread and its workers' main threads waiting
+    /// runnable for a CPU over the last interval (run-queue delay per second from schedstat):
+    /// the job wants CPU it does not get.
+    pub cpu_wait_ratio: Option<f64>,
+    /// Voluntary context switches since start.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches since start.
+    pub involuntary_switches: u64,
+    /// Time spent waiting for block I/O since start (delay accounting; `None` when it is off).
+    pub blkio_delay_seconds: Option<f64>,
+    /// Bytes the process caused to be read from storage (`None` when /proc/<pid>/io is not
+    /// readable, e.g. without CAP_SYS_PTRACE for another user's process).
+    pub read_bytes: Option<u64>,
+    /// CPUs the process may run on (its affinity mask or cpuset), by number.
+    pub allowed_cpus: Vec<u32>,
+    /// Share of those CPUs used over the last interval by processes outside every GPU process
+    /// tree: the CPU others take from this job (`None` before CPU rates exist).
+    pub others_cpu_ratio: Option<f64>,
+    /// Share of those CPUs used over the last interval by GPU process trees: the job's own
+    /// demand (its main process, loader workers, and any other rank pinned alongside).
+    pub own_cpu_ratio: Option<f64>,
+    /// NUMA nodes the threads of the process and of its workers last ran on, sorted.
+    pub numa_nodes: Vec<u32>,
+    /// The processes below it.
+    pub workers: WorkerSummary,
+    /// Their process ids, as last discovered (to tell one job's processes from another's).
+    pub descendants: Vec<u32>,
+    /// Its cgroup, where readable.
+    pub cgroup: Option<CgroupContext>,
+}
+
+/// The descendants of a GPU process, aggregated (cardinality stays one set per process).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerSummary {
+    /// How many there are.
+    pub count: u32,
+    /// CPU they used over the last interval, in cores, summed.
+    pub cpu_cores: Option<f64>,
+    /// CPU share of one core of the busiest worker over the last interval.
+    pub max_cpu_ratio: Option<f64>,
+    /// Workers running or runnable (R).
+    pub running: u32,
+    /// Workers in uninterruptible wait, usually for I/O (D).
+    pub disk_wait: u32,
+    /// Workers that exited and were not reaped (Z).
+    pub zombie: u32,
+    /// Block-I/O delay over the last interval, summed: the mean number of workers waiting for
+    /// the disk (`None` without delay accounting).
+    pub blkio_delay_ratio: Option<f64>,
+    /// Run-queue delay over the last interval, summed: the mean number of workers waiting for
+    /// a CPU.
+    pub cpu_wait_ratio: Option<f64>,
+    /// Bytes read from storage per second over the last interval, summed.
+    pub read_bytes_per_second: Option<f64>,
+}
+
+/// The cgroup of a GPU process: owner and CPU throttling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CgroupContext {
+    /// Kubernetes pod UID.
+    pub pod_uid: String,
+    /// Container ID.
+    pub container_id: String,
+    /// Slurm job ID.
+    pub slurm_job: String,
+    /// CPU quota in cores (`None`: no quota).
+    pub cpu_quota_cores: Option<f64>,
+    /// Share of the enforcement periods of the last interval in which the cgroup was throttled.
+    pub throttled_ratio: Option<f64>,
+    /// The cgroup's own pressure stall shares over the last interval (cgroup v2).
+    pub pressure: Vec<PressureSnapshot>,
+}
+
+/// What a training loop's main thread is doing in one stack sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Activity {
+    /// Waiting for the data loader (its iterator or its result queue).
+    DataLoader,
+    /// Synchronizing with the GPU (`.item()`, `.cpu()`, `synchronize`, blocking copies).
+    GpuSync,
+    /// In a collective (`torch.distributed` all-reduce, barrier, ...).
+    Collective,
+    /// Running Python code: the model, the optimizer, kernel launches.
+    Python,
+    /// Anything else (sleeping, blocked outside those).
+    Other,
+}
+
+impl Activity {
+    /// Every activity, in label order.
+    pub const ALL: [Activity; 5] = [
+        Activity::DataLoader,
+        Activity::GpuSync,
+        Activity::Collective,
+        Activity::Python,
+        Activity::Other,
+    ];
+
+    /// The `activity` label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activity::DataLoader => "data_loader",
+            Activity::GpuSync => "gpu_sync",
+            Activity::Collective => "collective",
+            Activity::Python => "python",
+            Activity::Other => "other",
+        }
+    }
+}
+
+/// A frame seen innermost in the main thread's samples, with how often.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameShare {
+    /// Qualified function name (`EmulatedGPU.synchronize`).
+    pub function: String,
+    /// Source file and line (`/job/train.py:42`).
+    pub location: String,
+    /// What the samples it was seen in were classified as.
+    pub activity: Activity,
+    /// Share of the window's samples.
+    pub share: f64,
+}
+
+/// Where a GPU process's main thread was over the stack window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessStacks {
+    /// Process id.
+    pub pid: u32,
+    /// Samples in the window.
+    pub samples: u32,
+    /// Share of the samples per activity, in [`Activity::ALL`] order.
+    pub shares: [f64; 5],
+    /// The innermost frames seen most, most first (at most five).
+    pub top_frames: Vec<FrameShare>,
+}
+
+impl ProcessStacks {
+    /// The share of samples in `activity`.
+    pub fn share(&self, activity: Activity) -> f64 {
+        self.shares[Activity::ALL
+            .iter()
+            .position(|a| *a == activity)
+            .unwrap_or(0)]
+    }
+}
+
+/// One of the node's busiest processes outside the GPU process trees.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Command name (`comm`).
+    pub command: String,
+    /// Kubernetes pod UID from its cgroup path (empty where none).
+    pub pod_uid: String,
+    /// Container ID from its cgroup path (empty where none).
+    pub container_id: String,
+    /// CPU used since the previous pass, in cores.
+    pub cpu_cores: f64,
+    /// Bytes read from storage per second since its previous reading (`None` where its
+    /// `/proc/<pid>/io` is unreadable or was not read twice yet).
+    pub read_bytes_per_second: Option<f64>,
+    /// Bytes written to storage per second, likewise.
+    pub write_bytes_per_second: Option<f64>,
+}
+
+impl NodeProcess {
+    /// Bytes read and written per second (0 where unknown).
+    pub fn disk_bytes_per_second(&self) -> f64 {
+        self.read_bytes_per_second.unwrap_or(0.0) + self.write_bytes_per_second.unwrap_or(0.0)
+    }
+
+    /// How the evidence names it: `updatedb (pid 812, pod 3f2a...)`.
+    pub fn describe(&self) -> String {
+        let owner = if !self.pod_uid.is_empty() {
+            format!(", pod {}", self.pod_uid)
+        } else if !self.container_id.is_empty() {
+            format!(", container {:.12}", self.container_id)
+        } else {
+            String::new()
+        };
+        format!("{} (pid {}{owner})", self.command, self.pid)
+    }
+}
+
+/// The node's busiest processes outside the GPU process trees, looked for only while a GPU's
+/// data or contention verdict might need them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Culprits {
+    /// The busiest by CPU, most first (those using any).
+    pub by_cpu: Vec<NodeProcess>,
+    /// The busiest by bytes read and written, most first (those doing any).
+    pub by_disk: Vec<NodeProcess>,
+}

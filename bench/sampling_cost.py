@@ -10,9 +10,11 @@ processes on eight fake GPUs (the workspace's fake NVML library):
   idle      each a single-threaded shell with 8 sleeping children (the old stand-in).
 Then, one target at a time, it runs each exporter for --seconds at a 1 s collection interval
 with one scrape every 15 s (Prometheus' default), and reports its CPU as a share of one core,
-its peak RSS and the scraped page's size and series. This exporter is measured twice: with its
-defaults, and with the Python stacks source on (`+stacks`, each rank's main thread sampled twice
-a second; run the bench as root for the ptrace access that needs). It then runs once more for
+its peak RSS and the scraped page's size and series. This exporter is measured three times:
+without the Python stacks, with them (`+stacks`, the default: each rank's main thread sampled
+twice a second; run the bench as root for the ptrace access that needs), and with the culprit
+pass over every process on every 5 s as well (`+culprits`: by default it runs only while a GPU
+scores data_io, data_cpu or contention). It then runs once more for
 --seconds, scraped every second, to report the per-source duration of every tick (kept out of
 the CPU figure: every scrape of a new snapshot renders the page).
 
@@ -185,12 +187,12 @@ def main():
                 scenario = os.path.join(work, "scenario.yaml")
                 write_scenario(scenario, ranks)
                 targets = []
-                for stacks in ("false", "true"):
-                    config = os.path.join(work, f"config-stacks-{stacks}.yaml")
+                for variant, stacks, culprits in (("", "false", "false"), (" +stacks", "true", "false"), (" +stacks +culprits", "true", "true")):
+                    config = os.path.join(work, f"config-{stacks}-{culprits}.yaml")
                     with open(config, "w") as f:
-                        f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n")
-                    name = "gpu-bottleneck-exporter" + (" +stacks" if stacks == "true" else "")
-                    targets.append((name, lambda port, config=config: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
+                        f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n"
+                                f"  culprits:\n    always: {culprits}\n")
+                    targets.append(("gpu-bottleneck-exporter" + variant, lambda port, config=config: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
                 if not args.only_exporter:
                     targets += peers(work, library)
                 threads = threads_in_trees(ranks)
@@ -200,7 +202,7 @@ def main():
                     result = measure(name, command, env, path, args.seconds)
                     result.update(shape=shape, threads=threads, processes=processes)
                     rows.append(result)
-                    if name == "gpu-bottleneck-exporter":
+                    if name.endswith("+culprits"):
                         timed = measure(name, command, env, path, args.seconds, durations_only=True)
                         tick_tables.append((shape, timed.get("durations", {})))
             finally:

@@ -389,8 +389,11 @@ impl Default for StacksSource {
 #[serde(deny_unknown_fields, default)]
 pub struct CulpritsSource {
     /// Whether they are looked for. Even when on, a pass runs only while some GPU scores
-    /// data_io, data_cpu or contention past the leave score.
+    /// data_io, data_cpu or contention past the leave score (unless `always`).
     pub enabled: bool,
+    /// Look for them on every pass, whatever the verdicts (for a dashboard of the node's top
+    /// processes; costs a pass every `interval`).
+    pub always: bool,
     /// Time between two passes over every process (each about 10 µs a process).
     pub interval: ConfigDuration,
     /// How many processes are named by CPU and by disk bytes (series and evidence).
@@ -401,6 +404,7 @@ impl Default for CulpritsSource {
     fn default() -> Self {
         CulpritsSource {
             enabled: true,
+            always: false,
             interval: ConfigDuration(Duration::from_secs(5)),
             top: 5,
         }

@@ -124,6 +124,24 @@ fn the_busiest_processes_outside_the_gpu_trees_are_named() {
         .sample(&mut snapshot, Duration::from_secs(10))
         .unwrap();
     assert_eq!(snapshot.culprits, None);
+    // Unless asked for always.
+    let config = CulpritsConfig {
+        interval: ConfigDuration(Duration::from_millis(500)),
+        always: true,
+        ..CulpritsConfig::default()
+    };
+    let mut source = CulpritsSource::new(PathBuf::from("/proc"), config);
+    let mut snapshot = node_with_gpu_process(rank.0.id(), false);
+    for tick in 0..3u64 {
+        std::thread::sleep(Duration::from_millis(500));
+        snapshot = node_with_gpu_process(rank.0.id(), false);
+        source
+            .sample(&mut snapshot, Duration::from_millis(500 * tick))
+            .unwrap();
+    }
+    assert!(snapshot
+        .culprits
+        .is_some_and(|c| c.by_cpu.iter().any(|p| p.pid == hog_pid)));
 }
 
 #[test]

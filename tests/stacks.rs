@@ -102,7 +102,7 @@ fn each_main_thread_is_seen_where_it_waits() {
     // pin-memory and logging threads): only the main one is read.
     let busy = Python::start(
         &timelines,
-        "import threading\ndef nap():\n    while True:\n        time.sleep(0.01)\nfor _ in range(32):\n    threading.Thread(target=nap, daemon=True).start()\ndef step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\nprint('ready', flush=True)\nwhile True:\n    step()\n",
+        "import threading\ndef nap():\n    while True:\n        time.sleep(1.0)\nfor _ in range(32):\n    threading.Thread(target=nap, daemon=True).start()\ndef step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\nprint('ready', flush=True)\nwhile True:\n    step()\n",
     );
     let pids = [&loader, &spin, &blocking, &busy].map(|p| p.0.id());
 

@@ -267,7 +267,7 @@ impl Source for CulpritsSource {
     }
 
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
-        if !snapshot.culprits_wanted {
+        if !snapshot.culprits_wanted && !self.config.always {
             // Nothing to look for: forget, so that the next pass starts afresh.
             self.previous.clear();
             self.last_pass = None;

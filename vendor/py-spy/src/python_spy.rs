@@ -36,6 +36,9 @@ pub struct PythonSpy {
     pub python_thread_ids: HashMap<u64, Tid>,
     pub python_thread_names: HashMap<u64, Option<String>>,
     thread_name_lookup_time: Instant,
+    /// With `main_thread_only`: the main thread's PyThreadState, found once (it lives as long
+    /// as the interpreter).
+    main_thread_state: Option<usize>,
     #[cfg(target_os = "linux")]
     pub dockerized: bool,
 }
@@ -89,6 +92,7 @@ impl PythonSpy {
             python_thread_ids: HashMap::new(),
             python_thread_names: HashMap::new(),
             thread_name_lookup_time: Instant::now(),
+            main_thread_state: None,
         })
     }
 
@@ -238,6 +242,11 @@ impl PythonSpy {
 
         let mut traces = Vec::new();
         let mut threads = threads_head;
+        if self.config.main_thread_only {
+            if let Some(main) = self.main_thread_state {
+                threads = main as *const I::ThreadState;
+            }
+        }
         let mut visited = 0;
         while !threads.is_null() {
             visited += 1;
@@ -247,6 +256,7 @@ impl PythonSpy {
             }
 
             // Get the stack trace of the python thread
+            let current = threads;
             let thread = self
                 .process
                 .copy_pointer(threads)
@@ -261,8 +271,11 @@ impl PythonSpy {
             }
             // CPython prepends each new thread state to the list: the main thread's, made
             // first, is the last one.
-            if self.config.main_thread_only && !threads.is_null() {
-                continue;
+            if self.config.main_thread_only {
+                if !threads.is_null() {
+                    continue;
+                }
+                self.main_thread_state = Some(current as usize);
             }
 
             let mut trace = get_stack_trace(

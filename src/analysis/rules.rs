@@ -314,18 +314,36 @@ fn name_culprits(
     rule.fact(name, processes.len() as f64, strength, named.join("; "));
 }
 
+/// The most a loader wait seen in the stacks scores: just past the entry score. It shows the
+/// loop starves for data but not which side of the loader is slow, so it decides the case
+/// where the counters are silent and yields where they speak.
+const LOADER_WAIT_CAP: f64 = 0.6;
+
 /// The main thread seen waiting for its data-loader workers (`main_thread_waits_for_loader`),
 /// counted for data_cpu when the workers compute (`computing`) and for data_io when they do
 /// not. Workers compute when, per worker, their CPU and their threads' wait for a CPU reach
-/// the quiet threshold (half a core): busy workers, or too many of them for the cores.
-/// Without workers the loop loads its own data: that is host_bound's business.
+/// the quiet threshold (half a core): busy workers, or too many of them for the cores. Where
+/// others use more of the job's CPUs than the job does, the wait is contention's case and
+/// counts for neither. Without workers the loop loads its own data: host_bound's business.
 fn loader_wait(rule: &mut Rule, w: &WindowFigures, t: &Thresholds, computing: bool) -> Option<f64> {
     let workers = w.workers.filter(|n| *n >= 0.5)?;
+    if w.other_cpu
+        .zip(w.own_cpu)
+        .is_some_and(|(other, own)| other > own)
+    {
+        return None;
+    }
     let cpu = w.workers_cpu? + w.cpu_wait.unwrap_or(0.0);
     if (cpu / workers >= t.quiet_below) != computing {
         return None;
     }
-    rule.observed("main_thread_waits_for_loader", w, Activity::DataLoader, t)
+    let strength = rule
+        .observed("main_thread_waits_for_loader", w, Activity::DataLoader, t)?
+        .min(LOADER_WAIT_CAP);
+    if let Some(evidence) = rule.evidence.last_mut() {
+        evidence.strength = strength;
+    }
+    Some(strength)
 }
 
 /// The main training thread is the bottleneck.
@@ -423,11 +441,12 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let gap = rule
         .alternative("job_busy_gap", w.job_gap, t.job_imbalance, high)
         .unwrap_or(0.0);
-    // A rank of a multi-GPU job seen mostly in a collective waits for its peers, whichever
-    // GPU looks busier (NCCL's kernels spin on the waiting GPU).
-    let collective = w
-        .job_gap
-        .and_then(|_| rule.observed("main_thread_in_collective", w, Activity::Collective, t))
+    // A rank seen mostly in a collective waits for its peers, whichever GPU looks busier
+    // (NCCL's kernels spin on the waiting GPU), and whether or not the exporter can group the
+    // ranks into a job (ranks started by torchrun outside Kubernetes and Slurm share nothing
+    // it reads): the frame itself says the wait is communication.
+    let collective = rule
+        .observed("main_thread_in_collective", w, Activity::Collective, t)
         .unwrap_or(0.0);
     let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
         // A link trained below its maximum while the GPU works (idle links drop on purpose):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this) and as the README names it.
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
+# amtool (`prometheus-alertmanager`),
 # the Python `prometheus_client` package whose OpenMetrics parser is strict, PyYAML, and
 # kubernetes-validate (offline Kubernetes schemas), helm-python-sdk (real Helm, no binary) and
 # bcrypt (password hashes for the TLS/auth check).
@@ -12,6 +13,7 @@ step() { printf '\n==> %s\n' "$*"; }
 missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v iostat >/dev/null || missing+=(sysstat)
+command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""
@@ -50,6 +52,9 @@ step "Prometheus rules: promtool check and unit tests; every runbook link resolv
 promtool check rules deploy/rules/*.yml
 promtool test rules tests/rules/*.test.yml
 python3 scripts/check_runbooks.py deploy/rules/*.yml
+
+step "Alertmanager example: amtool check-config; every alert routes by its severity"
+python3 scripts/check_alertmanager.py
 
 step "Kubernetes manifests: schemas, the PrometheusRule in step with deploy/rules"
 kubernetes-validate --strict --quiet deploy/kubernetes/serviceaccount.yaml deploy/kubernetes/daemonset.yaml deploy/kubernetes/service.yaml deploy/kubernetes/dashboards-configmap.yaml

@@ -21,9 +21,9 @@ pub enum ServeError {
     Start(String),
 }
 
-/// Runs the exporter until SIGTERM or SIGINT (on the simulated node when `demo`). Errors are
+/// Runs the exporter until SIGTERM or SIGINT (on simulated node `demo` when given). Errors are
 /// start-up failures.
-pub fn serve(config: Config, demo: bool) -> Result<(), ServeError> {
+pub fn serve(config: Config, demo: Option<u32>) -> Result<(), ServeError> {
     let http = Arc::new(HttpStats::default());
     let web = WebConfig::load(Some(&config.web.config_file), http.clone())
         .map_err(ServeError::WebConfig)?;
@@ -33,7 +33,7 @@ pub fn serve(config: Config, demo: bool) -> Result<(), ServeError> {
 /// Everything after the web configuration loaded: runtime, sampler thread, listener.
 fn serve_with(
     config: Config,
-    demo: bool,
+    demo: Option<u32>,
     web: Arc<WebConfig>,
     http: Arc<HttpStats>,
 ) -> Result<(), String> {
@@ -49,11 +49,15 @@ fn serve_with(
 
         let (publish, published) = watch::channel(None);
         let (stop, stopped) = mpsc::channel();
-        let sampler = if demo {
-            tracing::warn!("DEMO MODE: serving a simulated GPU node; nothing on /metrics is real");
-            Sampler::demo(&config)
-        } else {
-            Sampler::from_config(&config)
+        let sampler = match demo {
+            Some(node) => {
+                tracing::warn!(
+                    node,
+                    "DEMO MODE: serving a simulated GPU node; nothing on /metrics is real"
+                );
+                Sampler::demo(&config, node)
+            }
+            None => Sampler::from_config(&config),
         };
         let interval = config.sample_interval.0;
         let sampler_thread = thread::Builder::new()

@@ -17,8 +17,8 @@ pub struct Options {
     pub duration: Duration,
     /// Print JSON instead of the text report.
     pub json: bool,
-    /// Diagnose the simulated node instead of this one.
-    pub demo: bool,
+    /// Diagnose this simulated node instead of this machine.
+    pub demo: Option<u32>,
 }
 
 /// Samples for `options.duration` and prints the report on stdout. Returns whether any GPU
@@ -28,10 +28,9 @@ pub fn run(mut config: Config, options: &Options) -> Result<bool, String> {
     // configured minimum, if shorter), so even a short run can conclude.
     config.analysis.window.0 = options.duration;
     config.analysis.min_duration.0 = config.analysis.min_duration.0.min(options.duration / 3);
-    let mut sampler = if options.demo {
-        Sampler::demo(&config)
-    } else {
-        Sampler::from_config(&config)
+    let mut sampler = match options.demo {
+        Some(node) => Sampler::demo(&config, node),
+        None => Sampler::from_config(&config),
     };
     let interval = config.sample_interval.0;
     let progress = std::io::stderr().is_terminal();

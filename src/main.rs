@@ -56,6 +56,18 @@ struct Common {
     /// this machine (everything it reports is made up; for trying the exporter without a GPU).
     #[arg(long)]
     demo: bool,
+    /// With --demo: which node of a simulated fleet (0, 1, ...). Each has its own GPU UUIDs,
+    /// pods and phase of the rotating cases, and the node name gpu-demo-<N> (NODE_NAME still
+    /// wins), so that many demo exporters look like a fleet.
+    #[arg(long, value_name = "N", requires = "demo", default_value_t = 0)]
+    demo_node: u32,
+}
+
+impl Common {
+    /// The simulated node to serve, if any.
+    fn demo_node(&self) -> Option<u32> {
+        self.demo.then_some(self.demo_node)
+    }
 }
 
 #[derive(Args, Clone)]
@@ -138,7 +150,7 @@ fn main() -> ExitCode {
                 Ok(config) => config,
                 Err(code) => return code,
             };
-            match daemon::serve(config, args.common.demo) {
+            match daemon::serve(config, args.common.demo_node()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(ServeError::WebConfig(error)) => {
                     eprintln!("{error}");
@@ -159,7 +171,7 @@ fn main() -> ExitCode {
             let options = diagnose::Options {
                 duration: args.duration,
                 json: args.json,
-                demo: args.common.demo,
+                demo: args.common.demo_node(),
             };
             match diagnose::run(config, &options) {
                 Ok(true) => ExitCode::from(diagnose::EXIT_BOTTLENECK),

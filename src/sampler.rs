@@ -54,9 +54,16 @@ impl Sampler {
         Sampler::with_sources(crate::source::from_config(config), config)
     }
 
-    /// The simulated node of `--demo`, analysed with the configuration's thresholds.
-    pub fn demo(config: &Config) -> Self {
-        Sampler::with_sources(vec![Box::new(crate::source::demo::DemoSource)], config)
+    /// Simulated node `node` of `--demo`, analysed with the configuration's thresholds and
+    /// named gpu-demo-<node> unless NODE_NAME says otherwise.
+    pub fn demo(config: &Config, node: u32) -> Self {
+        let source = crate::source::demo::DemoSource { node };
+        let mut sampler = Sampler::with_sources(vec![Box::new(source)], config);
+        if std::env::var("NODE_NAME").is_ok_and(|n| !n.is_empty()) {
+            return sampler;
+        }
+        sampler.node = format!("gpu-demo-{node}");
+        sampler
     }
 
     fn with_sources(sources: Vec<Box<dyn Source>>, config: &Config) -> Self {

@@ -33,7 +33,7 @@ fn expected(role: Role) -> Primary {
 
 #[test]
 fn every_simulated_gpu_shows_its_case_before_and_after_the_cases_rotate() {
-    let mut sampler = Sampler::demo(&Config::default());
+    let mut sampler = Sampler::demo(&Config::default(), 0);
     for (start, checks) in [(0u64, 45u64), (ROTATION.as_secs(), ROTATION.as_secs() + 45)] {
         let mut snapshot = None;
         for second in start..=checks {
@@ -56,7 +56,7 @@ fn every_simulated_gpu_shows_its_case_before_and_after_the_cases_rotate() {
 
 #[test]
 fn reports_of_a_fixed_scenario_match_the_golden_files() {
-    let mut sampler = Sampler::demo(&Config::default());
+    let mut sampler = Sampler::demo(&Config::default(), 0);
     let mut snapshot = sampler.tick(Duration::ZERO);
     for second in 1..=40 {
         snapshot = sampler.tick(Duration::from_secs(second));
@@ -140,4 +140,56 @@ fn serve_demo_exposes_verdicts_and_the_diagnosis_api() {
     assert_eq!(api.header("content-type"), Some("application/json"));
     let document: serde_json::Value = serde_json::from_slice(&api.body).unwrap();
     assert_eq!(document["gpus"].as_array().unwrap().len(), 12);
+}
+
+/// A simulated fleet: each demo node has GPUs, pods and a node name of its own, and shows its
+/// cases in another order (node 3's GPU 0 has node 0's GPU 3 case), so that dashboards and
+/// alert routing over many demo exporters see distinct GPUs with distinct stories.
+#[test]
+fn demo_nodes_of_a_fleet_have_their_own_gpus_pods_and_phase() {
+    let tick = |node: u32| {
+        let mut sampler = Sampler::demo(&Config::default(), node);
+        let mut snapshot = sampler.tick(Duration::ZERO);
+        for second in 1..=40 {
+            snapshot = sampler.tick(Duration::from_secs(second));
+        }
+        snapshot
+    };
+    let (first, fourth) = (tick(0), tick(3));
+    if std::env::var("NODE_NAME").is_err() {
+        assert_eq!(first.node, "gpu-demo-0");
+        assert_eq!(fourth.node, "gpu-demo-3");
+    }
+    let gpus =
+        |s: &gpu_bottleneck_exporter::snapshot::Snapshot| s.gpu.as_ref().unwrap().devices.clone();
+    let (a, b) = (gpus(&first), gpus(&fourth));
+    assert_eq!(a[0].uuid, "GPU-de300000-0000-4000-8000-000000000000");
+    assert_eq!(b[0].uuid, "GPU-de300000-0003-4000-8000-000000000000");
+    assert!(a.iter().all(|g| b.iter().all(|h| g.uuid != h.uuid)));
+    let pods = |d: &[gpu_bottleneck_exporter::snapshot::GpuDevice]| -> Vec<String> {
+        d.iter()
+            .flat_map(|g| g.pods.iter().map(|p| p.pod.clone()))
+            .collect()
+    };
+    assert!(
+        pods(&a).iter().all(|p| !pods(&b).contains(p)),
+        "{:?} {:?}",
+        pods(&a),
+        pods(&b)
+    );
+    for (index, verdict) in fourth.verdicts.iter().enumerate() {
+        let role = role_of(index + 3, Duration::from_secs(40));
+        assert_eq!(verdict.primary, expected(role), "node 3 GPU {index}");
+    }
+    assert_ne!(first.verdicts[0].primary, fourth.verdicts[0].primary);
+}
+
+#[test]
+fn a_demo_node_without_demo_is_refused() {
+    let output = Command::new(common::binary())
+        .args(["diagnose", "--demo-node", "2", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--demo"));
 }

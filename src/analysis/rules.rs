@@ -442,9 +442,9 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
         .alternative("job_busy_gap", w.job_gap, t.job_imbalance, high)
         .unwrap_or(0.0);
     // A rank seen mostly in a collective waits for its peers, whichever GPU looks busier
-    // (NCCL's kernels spin on the waiting GPU), and whether or not the exporter can group the
-    // ranks into a job (ranks started by torchrun outside Kubernetes and Slurm share nothing
-    // it reads): the frame itself says the wait is communication.
+    // (NCCL's kernels spin on the waiting GPU), and whether or not the busy gap can be taken
+    // (only within a pod, a Slurm job or a process on several GPUs): the frame itself says
+    // the wait is communication.
     let collective = rule
         .observed("main_thread_in_collective", w, Activity::Collective, t)
         .unwrap_or(0.0);

@@ -69,9 +69,35 @@ pub fn role_of(index: usize, now: Duration) -> Role {
     ROLES[(index + ROLES.len() - shift % ROLES.len()) % ROLES.len()]
 }
 
-/// The simulated node.
+/// A simulated node. Node `n` of a simulated fleet has GPU UUIDs, pod UIDs and pod names of
+/// its own and starts its rotation of cases `n` GPUs further along, so that a fleet of demo
+/// exporters does not show the same case on the same GPU everywhere.
 #[derive(Debug, Default)]
-pub struct DemoSource;
+pub struct DemoSource {
+    /// Which node of a simulated fleet (0 for a single demo node).
+    pub node: u32,
+}
+
+impl DemoSource {
+    /// The case of GPU `index` of this node at `now`.
+    fn role(&self, index: usize, now: Duration) -> Role {
+        role_of(index + self.node as usize, now)
+    }
+
+    /// The second group of this node's UUIDs (`de300000-0001-...` for node 1).
+    fn group(&self) -> String {
+        format!("{:04x}", self.node & 0xffff)
+    }
+
+    /// A pod name made unique to this node (node 0 keeps the bare name).
+    fn pod_name(&self, name: String) -> String {
+        if self.node == 0 {
+            name
+        } else {
+            format!("{name}-n{}", self.node)
+        }
+    }
+}
 
 /// A small deterministic wobble in -1..1, so lines on a dashboard move.
 fn wobble(index: usize, now: Duration, period: f64) -> f64 {
@@ -81,8 +107,8 @@ fn wobble(index: usize, now: Duration, period: f64) -> f64 {
 const GIB: u64 = 1 << 30;
 
 impl DemoSource {
-    fn gpu(index: usize, now: Duration) -> (GpuDevice, Vec<ProcessContext>) {
-        let role = role_of(index, now);
+    fn gpu(&self, index: usize, now: Duration) -> (GpuDevice, Vec<ProcessContext>) {
+        let role = self.role(index, now);
         let seconds = now.as_secs_f64();
         let (busy, idle_share, sm_activity) = match role {
             Role::DataIo => (0.35, 0.55, 0.3),
@@ -140,11 +166,11 @@ impl DemoSource {
         let contexts = gpu_processes
             .iter()
             .enumerate()
-            .map(|(p, process)| Self::context(index, role, process.pid, numa, p == 0))
+            .map(|(p, process)| self.context(index, role, process.pid, numa, p == 0))
             .collect();
         let device = GpuDevice {
             index: index as u32,
-            uuid: format!("GPU-de300000-0000-4000-8000-{index:012}"),
+            uuid: format!("GPU-de300000-{}-4000-8000-{index:012}", self.group()),
             model: "NVIDIA H100 80GB HBM3 (simulated)".into(),
             vbios_version: "96.00.99.00.01".into(),
             architecture: "Hopper".into(),
@@ -247,7 +273,7 @@ impl DemoSource {
             mig_devices: Vec::new(),
             processes: gpu_processes,
             process_count: Some(processes),
-            pods: vec![Self::pod(index, role)],
+            pods: vec![self.pod(index, role)],
             allocatable: Some(true),
             // The idle GPU is assigned to a notebook nobody uses: allocated but idle.
             allocated_idle_seconds: (role == Role::Idle).then_some(seconds + 3600.0),
@@ -258,7 +284,7 @@ impl DemoSource {
     }
 
     /// The pod each simulated GPU is assigned to.
-    fn pod(index: usize, role: Role) -> PodRef {
+    fn pod(&self, index: usize, role: Role) -> PodRef {
         let (namespace, pod) = match role {
             Role::JobFastRank | Role::JobSlowRank => ("nlp", "llm-ddp-0".to_string()),
             Role::Idle => ("research", "notebook-7".to_string()),
@@ -267,12 +293,12 @@ impl DemoSource {
         };
         PodRef {
             namespace: namespace.into(),
-            pod,
+            pod: self.pod_name(pod),
             container: "trainer".into(),
         }
     }
 
-    fn context(index: usize, role: Role, pid: u32, numa: u32, main: bool) -> ProcessContext {
+    fn context(&self, index: usize, role: Role, pid: u32, numa: u32, main: bool) -> ProcessContext {
         let (busiest, worker_max, workers_cpu, disk_wait, blkio, read_rate) = match role {
             Role::DataIo => (0.6, 0.35, 2.4, 5, 2.5, 9.0e8),
             Role::DataCpu => (0.55, 1.0, 7.9, 0, 0.0, 1.5e8),
@@ -285,11 +311,13 @@ impl DemoSource {
         // The two ranks of the simulated job share one pod.
         let pod = match role {
             Role::JobFastRank | Role::JobSlowRank => {
-                "de300000-0000-4000-8000-00000000006a".to_string()
+                format!("de300000-{}-4000-8000-00000000006a", self.group())
             }
             // The notebooks on the contended GPU belong to other pods.
-            Role::Contention if !main => format!("de300000-0000-4000-8001-{pid:012}"),
-            _ => format!("de300000-0000-4000-8000-{index:012}"),
+            Role::Contention if !main => {
+                format!("de300000-{}-4000-8001-{pid:012}", self.group())
+            }
+            _ => format!("de300000-{}-4000-8000-{index:012}", self.group()),
         };
         ProcessContext {
             pid,
@@ -477,7 +505,7 @@ impl DemoSource {
 impl DemoSource {
     /// The node's busiest processes outside the GPU jobs: a backup copying the data set's
     /// disk, a mlocate index, the container runtime.
-    fn culprits() -> Culprits {
+    fn culprits(&self) -> Culprits {
         let process = |pid: u32, command: &str, cpu_cores: f64, read: f64| NodeProcess {
             pid,
             command: command.into(),
@@ -487,7 +515,7 @@ impl DemoSource {
             ..NodeProcess::default()
         };
         let rsync = NodeProcess {
-            pod_uid: "de300000-0000-4000-8001-000000000812".into(),
+            pod_uid: format!("de300000-{}-4000-8001-000000000812", self.group()),
             ..process(812, "rsync", 0.41, 310e6)
         };
         let updatedb = process(4021, "updatedb.mlocat", 0.12, 45e6);
@@ -511,11 +539,11 @@ impl Source for DemoSource {
         Self::host(snapshot, now);
         let mut devices = Vec::new();
         for index in 0..ROLES.len() {
-            let (device, contexts) = Self::gpu(index, now);
+            let (device, contexts) = self.gpu(index, now);
             if let Some(main) = device.processes.first() {
                 snapshot
                     .stacks
-                    .push(Self::stacks(role_of(index, now), main.pid));
+                    .push(Self::stacks(self.role(index, now), main.pid));
             }
             devices.push(device);
             snapshot.processes.extend(contexts);
@@ -529,7 +557,7 @@ impl Source for DemoSource {
             devices,
         });
         if snapshot.culprits_wanted {
-            snapshot.culprits = Some(Self::culprits());
+            snapshot.culprits = Some(self.culprits());
         }
         snapshot.simulated = true;
         Ok(())

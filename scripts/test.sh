@@ -70,6 +70,9 @@ step "dashboards: in step with their generator; every query returns data from a 
 python3 scripts/build_dashboards.py --check
 python3 scripts/check_dashboards.py target/debug/gpu-bottleneck-exporter
 
+step "alert path: demo exporters -> Prometheus with the rules -> Alertmanager with the example config -> webhook"
+python3 scripts/check_alert_path.py target/debug/gpu-bottleneck-exporter
+
 step "TLS, client certificates and basic auth through Python's OpenSSL client"
 python3 scripts/check_tls.py target/debug/gpu-bottleneck-exporter
 

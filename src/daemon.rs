@@ -7,6 +7,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::sampler::{self, Sampler};
+use crate::source::demo::DemoSource;
 use crate::web::config_file::WebConfig;
 use crate::web::listener;
 use crate::web::routes::{self, AppState};
@@ -21,9 +22,9 @@ pub enum ServeError {
     Start(String),
 }
 
-/// Runs the exporter until SIGTERM or SIGINT (on simulated node `demo` when given). Errors are
+/// Runs the exporter until SIGTERM or SIGINT (on the simulated node `demo` when given). Errors are
 /// start-up failures.
-pub fn serve(config: Config, demo: Option<u32>) -> Result<(), ServeError> {
+pub fn serve(config: Config, demo: Option<DemoSource>) -> Result<(), ServeError> {
     let http = Arc::new(HttpStats::default());
     let web = WebConfig::load(Some(&config.web.config_file), http.clone())
         .map_err(ServeError::WebConfig)?;
@@ -33,7 +34,7 @@ pub fn serve(config: Config, demo: Option<u32>) -> Result<(), ServeError> {
 /// Everything after the web configuration loaded: runtime, sampler thread, listener.
 fn serve_with(
     config: Config,
-    demo: Option<u32>,
+    demo: Option<DemoSource>,
     web: Arc<WebConfig>,
     http: Arc<HttpStats>,
 ) -> Result<(), String> {
@@ -50,12 +51,12 @@ fn serve_with(
         let (publish, published) = watch::channel(None);
         let (stop, stopped) = mpsc::channel();
         let sampler = match demo {
-            Some(node) => {
+            Some(demo) => {
                 tracing::warn!(
-                    node,
+                    node = demo.node,
                     "DEMO MODE: serving a simulated GPU node; nothing on /metrics is real"
                 );
-                Sampler::demo(&config, node)
+                Sampler::demo(&config, demo)
             }
             None => Sampler::from_config(&config),
         };

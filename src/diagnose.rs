@@ -18,7 +18,7 @@ pub struct Options {
     /// Print JSON instead of the text report.
     pub json: bool,
     /// Diagnose this simulated node instead of this machine.
-    pub demo: Option<u32>,
+    pub demo: Option<crate::source::demo::DemoSource>,
 }
 
 /// Samples for `options.duration` and prints the report on stdout. Returns whether any GPU
@@ -29,7 +29,7 @@ pub fn run(mut config: Config, options: &Options) -> Result<bool, String> {
     config.analysis.window.0 = options.duration;
     config.analysis.min_duration.0 = config.analysis.min_duration.0.min(options.duration / 3);
     let mut sampler = match options.demo {
-        Some(node) => Sampler::demo(&config, node),
+        Some(demo) => Sampler::demo(&config, demo),
         None => Sampler::from_config(&config),
     };
     let interval = config.sample_interval.0;

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use gpu_bottleneck_exporter::config::{Config, ConfigDuration, LogLevel, Overrides};
 use gpu_bottleneck_exporter::daemon::{self, ServeError};
 use gpu_bottleneck_exporter::diagnose;
+use gpu_bottleneck_exporter::source::demo::{DemoSource, ROTATION};
 
 /// Tells why a GPU waits: samples GPUs and the host around them and serves it on /metrics.
 #[derive(Parser)]
@@ -61,12 +62,19 @@ struct Common {
     /// wins), so that many demo exporters look like a fleet.
     #[arg(long, value_name = "N", requires = "demo", default_value_t = 0)]
     demo_node: u32,
+    /// With --demo: how long each simulated GPU keeps its case before the cases move one GPU
+    /// along (shorter for alerting tests).
+    #[arg(long, value_name = "DURATION", requires = "demo", value_parser = parse_duration)]
+    demo_rotation: Option<Duration>,
 }
 
 impl Common {
     /// The simulated node to serve, if any.
-    fn demo_node(&self) -> Option<u32> {
-        self.demo.then_some(self.demo_node)
+    fn demo_node(&self) -> Option<DemoSource> {
+        self.demo.then(|| DemoSource {
+            node: self.demo_node,
+            rotation: self.demo_rotation.unwrap_or(ROTATION),
+        })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::analysis::{Analyzer, Kind};
 use crate::config::{Config, Metrics};
 use crate::exposition::{self, Exposition};
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
+use crate::source::demo::DemoSource;
 use crate::source::{Source, SourceError};
 
 /// Owns the sources and what the sampler remembers between ticks.
@@ -54,15 +55,14 @@ impl Sampler {
         Sampler::with_sources(crate::source::from_config(config), config)
     }
 
-    /// Simulated node `node` of `--demo`, analysed with the configuration's thresholds and
+    /// The simulated node of `--demo`, analysed with the configuration's thresholds and
     /// named gpu-demo-<node> unless NODE_NAME says otherwise.
-    pub fn demo(config: &Config, node: u32) -> Self {
-        let source = crate::source::demo::DemoSource { node };
-        let mut sampler = Sampler::with_sources(vec![Box::new(source)], config);
+    pub fn demo(config: &Config, demo: DemoSource) -> Self {
+        let mut sampler = Sampler::with_sources(vec![Box::new(demo)], config);
         if std::env::var("NODE_NAME").is_ok_and(|n| !n.is_empty()) {
             return sampler;
         }
-        sampler.node = format!("gpu-demo-{node}");
+        sampler.node = format!("gpu-demo-{}", demo.node);
         sampler
     }
 

@@ -12,7 +12,7 @@ use gpu_bottleneck_exporter::analysis::{Kind, Primary};
 use gpu_bottleneck_exporter::config::Config;
 use gpu_bottleneck_exporter::report;
 use gpu_bottleneck_exporter::sampler::Sampler;
-use gpu_bottleneck_exporter::source::demo::{role_of, Role, ROTATION};
+use gpu_bottleneck_exporter::source::demo::{role_of, DemoSource, Role, ROTATION};
 
 fn expected(role: Role) -> Primary {
     match role {
@@ -33,7 +33,7 @@ fn expected(role: Role) -> Primary {
 
 #[test]
 fn every_simulated_gpu_shows_its_case_before_and_after_the_cases_rotate() {
-    let mut sampler = Sampler::demo(&Config::default(), 0);
+    let mut sampler = Sampler::demo(&Config::default(), DemoSource::default());
     for (start, checks) in [(0u64, 45u64), (ROTATION.as_secs(), ROTATION.as_secs() + 45)] {
         let mut snapshot = None;
         for second in start..=checks {
@@ -56,7 +56,7 @@ fn every_simulated_gpu_shows_its_case_before_and_after_the_cases_rotate() {
 
 #[test]
 fn reports_of_a_fixed_scenario_match_the_golden_files() {
-    let mut sampler = Sampler::demo(&Config::default(), 0);
+    let mut sampler = Sampler::demo(&Config::default(), DemoSource::default());
     let mut snapshot = sampler.tick(Duration::ZERO);
     for second in 1..=40 {
         snapshot = sampler.tick(Duration::from_secs(second));
@@ -148,7 +148,11 @@ fn serve_demo_exposes_verdicts_and_the_diagnosis_api() {
 #[test]
 fn demo_nodes_of_a_fleet_have_their_own_gpus_pods_and_phase() {
     let tick = |node: u32| {
-        let mut sampler = Sampler::demo(&Config::default(), node);
+        let demo = DemoSource {
+            node,
+            ..DemoSource::default()
+        };
+        let mut sampler = Sampler::demo(&Config::default(), demo);
         let mut snapshot = sampler.tick(Duration::ZERO);
         for second in 1..=40 {
             snapshot = sampler.tick(Duration::from_secs(second));

@@ -63,25 +63,41 @@ pub const ROLES: [Role; 12] = [
 /// How long each GPU keeps its case before the cases move one GPU along.
 pub const ROTATION: Duration = Duration::from_secs(300);
 
-/// The case of GPU `index` at `now`.
+/// The case of GPU `index` at `now`, with the default rotation.
 pub fn role_of(index: usize, now: Duration) -> Role {
-    let shift = (now.as_secs() / ROTATION.as_secs()) as usize;
+    role_at(index, now, ROTATION)
+}
+
+/// The case of GPU `index` at `now` when the cases move one GPU along every `rotation`.
+pub fn role_at(index: usize, now: Duration, rotation: Duration) -> Role {
+    let shift = (now.as_millis() / rotation.as_millis().max(1)) as usize;
     ROLES[(index + ROLES.len() - shift % ROLES.len()) % ROLES.len()]
 }
 
 /// A simulated node. Node `n` of a simulated fleet has GPU UUIDs, pod UIDs and pod names of
 /// its own and starts its rotation of cases `n` GPUs further along, so that a fleet of demo
 /// exporters does not show the same case on the same GPU everywhere.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct DemoSource {
     /// Which node of a simulated fleet (0 for a single demo node).
     pub node: u32,
+    /// How long each GPU keeps its case ([`ROTATION`] unless shortened for a test).
+    pub rotation: Duration,
+}
+
+impl Default for DemoSource {
+    fn default() -> Self {
+        DemoSource {
+            node: 0,
+            rotation: ROTATION,
+        }
+    }
 }
 
 impl DemoSource {
     /// The case of GPU `index` of this node at `now`.
     fn role(&self, index: usize, now: Duration) -> Role {
-        role_of(index + self.node as usize, now)
+        role_at(index + self.node as usize, now, self.rotation)
     }
 
     /// The second group of this node's UUIDs (`de300000-0001-...` for node 1).

@@ -368,7 +368,7 @@ pub struct StacksSource {
     pub window: ConfigDuration,
     /// Mean time between two samples of each GPU process's main thread, a quarter of it while
     /// the process's GPU is less than half busy; samples are taken at random moments so that
-    /// they do not beat with a training step's period (a sample costs about 0.3 ms of the
+    /// they do not beat with a training step's period (a sample costs about 0.2 ms of the
     /// exporter's CPU).
     pub interval: ConfigDuration,
 }

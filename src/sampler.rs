@@ -29,9 +29,8 @@ pub struct Sampler {
     /// Which families the exposition serves.
     metrics: Metrics,
     /// Whether the next tick looks for the node's busiest processes (see
-    /// [`Snapshot::culprits_wanted`]), and the score past which a kind wants them.
+    /// [`Snapshot::culprits_wanted`]).
     culprits_wanted: bool,
-    leave_score: f64,
 }
 
 impl Sampler {
@@ -46,7 +45,6 @@ impl Sampler {
             node: String::new(),
             metrics: Metrics::default(),
             culprits_wanted: false,
-            leave_score: crate::config::Analysis::default().leave_score,
         }
     }
 
@@ -80,7 +78,6 @@ impl Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
             node,
             metrics: config.metrics.clone(),
-            leave_score: config.analysis.leave_score,
             ..Sampler::new(sources)
         }
     }
@@ -120,11 +117,12 @@ impl Sampler {
         snapshot.verdicts = self.analyzer.update(&snapshot, now.as_secs_f64());
         // Other processes can explain a data or contention case: look for them while one
         // scores past the leave score (a latched case stays active down to it).
+        let leave_score = self.analyzer.thresholds().leave_score;
         self.culprits_wanted = snapshot.verdicts.iter().flat_map(|v| &v.kinds).any(|k| {
             matches!(
                 k.scored.kind,
                 Kind::DataIo | Kind::DataCpu | Kind::Contention
-            ) && k.scored.score.is_some_and(|s| s >= self.leave_score)
+            ) && k.scored.score.is_some_and(|s| s >= leave_score)
         });
         snapshot
     }

@@ -64,6 +64,11 @@ impl Analyzer {
         }
     }
 
+    /// The thresholds it decides with.
+    pub fn thresholds(&self) -> &Thresholds {
+        &self.thresholds
+    }
+
     /// Adds the snapshot taken at `at` seconds and returns every GPU's verdicts.
     pub fn update(&mut self, snapshot: &Snapshot, at: f64) -> Vec<GpuVerdict> {
         self.push(observe(snapshot, at), at)

@@ -7,7 +7,7 @@
 //! CAP_SYS_PTRACE. Without it the processes are reported under the `python_stacks` signal as
 //! unsupported, and the rules fall back to the counters. Processes that are not Python are
 //! passed over quietly. A process is attached once (about 20 ms) and then sampled by a thread of
-//! the source's own: the main thread alone (a patch of py-spy, vendor/README.md), about 0.3 ms
+//! the source's own: the main thread alone (a patch of py-spy, vendor/README.md), about 0.2 ms
 //! a sample however many threads the rank has.
 
 pub mod classify;

@@ -177,31 +177,36 @@ def main():
             or container["livenessProbe"]["httpGet"].get("scheme") != "HTTPS"
             or not any(v.get("secret", {}).get("secretName") == "gpu-bottleneck-exporter-web" for v in pod["volumes"])
             or monitor.get("scheme") != "https" or "basicAuth" not in monitor or "tlsConfig" not in monitor
-            or container["securityContext"] != yaml.safe_load(open(f"{CHART}/values.yaml"))["securityContext"]):
+            or container["securityContext"] != next(o for o in found if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["securityContext"]):
         problems.append("web.configSecret/scheme not applied as expected (args, probes, Secret volume, monitor, unchanged securityContext)")
 
-    # CAP_SYS_PTRACE is opt-in, in the chart (`ptrace`) and in deploy/ (the ptrace overlay),
-    # and adds exactly that capability.
+    # CAP_SYS_PTRACE is on by default, in the chart and in deploy/, and is the only capability
+    # added; `ptrace: false` and the deploy/kubernetes/restricted overlay drop every one.
     def capabilities(daemonset):
         return daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]
 
     default_caps = capabilities(next(o for o in found if o["kind"] == "DaemonSet"))
-    ptrace_caps = capabilities(next(o for o in objects(chart, {"ptrace": True}) if o["kind"] == "DaemonSet"))
-    if default_caps != {"drop": ["ALL"]} or ptrace_caps != {"drop": ["ALL"], "add": ["SYS_PTRACE"]}:
-        problems.append(f"ptrace: default capabilities {default_caps}, with ptrace: true {ptrace_caps}")
-    with open("deploy/kubernetes/ptrace/kustomization.yaml") as f:
+    restricted_caps = capabilities(next(o for o in objects(chart, {"ptrace": False}) if o["kind"] == "DaemonSet"))
+    if default_caps != {"drop": ["ALL"], "add": ["SYS_PTRACE"]} or restricted_caps != {"drop": ["ALL"]}:
+        problems.append(f"ptrace: default capabilities {default_caps}, with ptrace: false {restricted_caps}")
+    with open("deploy/kubernetes/restricted/kustomization.yaml") as f:
         overlay = yaml.safe_load(f)
     with open("deploy/kubernetes/daemonset.yaml") as f:
         patched = yaml.safe_load(f)
+    if capabilities(patched) != default_caps:
+        problems.append(f"deploy/kubernetes gives {capabilities(patched)}, the chart {default_caps}")
     for patch in overlay["patches"]:
         for op in yaml.safe_load(patch["patch"]):
             *parents, leaf = [int(k) if k.isdigit() else k for k in op["path"].strip("/").split("/")]
             node = patched
             for key in parents:
                 node = node[key]
-            node[leaf] = op["value"]
-    if overlay["resources"] != [".."] or capabilities(patched) != ptrace_caps:
-        problems.append(f"deploy/kubernetes/ptrace gives {capabilities(patched)}, the chart's ptrace: true {ptrace_caps}")
+            if op["op"] == "remove":
+                del node[leaf]
+            else:
+                node[leaf] = op["value"]
+    if overlay["resources"] != [".."] or capabilities(patched) != restricted_caps:
+        problems.append(f"deploy/kubernetes/restricted gives {capabilities(patched)}, the chart's ptrace: false {restricted_caps}")
 
     for bad in ({"service": {"port": "http"}}, {"ptrace": "yes"}, {"web": {"scheme": "tls"}}, {"serviceMonitor": {"interval": "often"}}, {"unknownKey": 1}, {"image": {"pullPolicy": "Sometimes"}}):
         try:
@@ -213,7 +218,7 @@ def main():
     if problems:
         sys.exit("\n".join(problems))
     print(f"chart lints strictly; defaults and {len(variants)} ci variants render objects that pass the Kubernetes schemas and CRD shapes, "
-          f"as do deploy/'s {len(deploy)} objects; the DaemonSets agree; toggles and the ptrace opt-in honoured; bad values rejected")
+          f"as do deploy/'s {len(deploy)} objects; the DaemonSets agree; toggles, SYS_PTRACE by default and the restricted variants honoured; bad values rejected")
 
 
 if __name__ == "__main__":

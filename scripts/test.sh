@@ -84,5 +84,9 @@ step "workload suite, fast subset: Python training loops on the emulated GPU get
 python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
 
+step "random training loops: the exporter's lost-time split against the ground truth the loops record"
+python3 workloads/run.py --random 3 --seed 2 --seconds 30 --min-agreement 0.6 --max-mae 0.1 \
+  --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
+
 echo
 echo "all checks passed"

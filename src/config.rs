@@ -127,6 +127,20 @@ pub struct Analysis {
     /// spin-waits), not host_bound (ours: 40 % of the samples; a loop that waits on the GPU
     /// that often serialises on it).
     pub stack_share_high: f64,
+    /// Share of the window's GPU time a cause must cost for its kind to score 0.5 where the
+    /// cost is observed (stacks): twice this scores 1.0 (ours: 10 % of the GPU's time, what
+    /// separates `gpu_busy_above` from full use).
+    pub lost_share_high: f64,
+    /// Stack samples of the main thread in the window from which what they show decides the
+    /// pipeline kinds (observed) instead of the counters (inferred); at the default sampling
+    /// rate, about 10 s.
+    pub stack_samples_min: f64,
+    /// Share of the main thread's samples below which the stacks contradict a pipeline kind's
+    /// premise, whatever it costs: the loader wait for the data kinds, Python for host_bound,
+    /// synchronizing for sync_stall, collectives for communication, the loader wait or Python
+    /// for CPU contention (ours: a quarter of the samples; a loop mostly elsewhere is not
+    /// bound by it).
+    pub premise_share_min: f64,
     /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls;
     /// ours: half of the saturation thresholds above).
     pub quiet_below: f64,
@@ -179,6 +193,9 @@ impl Default for Analysis {
             host_cpu_high: 0.9,
             main_thread_high: 0.9,
             stack_share_high: 0.4,
+            lost_share_high: 0.1,
+            stack_samples_min: 20.0,
+            premise_share_min: 0.25,
             quiet_below: 0.5,
             kernel_util_high: 0.8,
             sm_activity_low: 0.5,

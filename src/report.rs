@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::analysis::advice::{explanation, next_steps};
-use crate::analysis::{GpuVerdict, KindVerdict, Primary};
+use crate::analysis::{Cause, GpuVerdict, InputSource, KindVerdict, LostTime, Primary};
 use crate::snapshot::{Activity, ProcessStacks};
 
 /// Where the main GPU process's main thread was, as JSON: its shares per activity and the
@@ -54,6 +54,63 @@ fn stacks_text(stacks: &ProcessStacks) -> String {
         );
     }
     out
+}
+
+/// The causes that cost something, largest first.
+fn costly_causes(lost: &LostTime) -> Vec<(Cause, f64)> {
+    let mut causes: Vec<(Cause, f64)> = Cause::ALL
+        .iter()
+        .map(|c| (*c, lost.share(*c)))
+        .filter(|(_, share)| *share >= 0.005)
+        .collect();
+    causes.sort_by(|a, b| b.1.total_cmp(&a.1));
+    causes
+}
+
+/// "idle 62 % of the window (observed): data_io 48 % (input from a remote source), ..."
+fn lost_time_summary(lost: &LostTime) -> String {
+    let parts: Vec<String> = costly_causes(lost)
+        .iter()
+        .map(|(cause, share)| {
+            let note = match (cause, lost.input) {
+                (Cause::Kind(crate::analysis::Kind::DataIo), Some(InputSource::Remote)) => {
+                    " (input from a remote source)"
+                }
+                (Cause::Kind(crate::analysis::Kind::DataIo), Some(InputSource::LocalStorage)) => {
+                    " (input from local storage)"
+                }
+                _ => "",
+            };
+            format!("{} {:.0} %{note}", cause.name(), 100.0 * share)
+        })
+        .collect();
+    format!(
+        "idle {:.0} % of the window, {:.0} % of the GPU's time lost ({}){}{}",
+        100.0 * lost.idle,
+        100.0 * lost.total(),
+        lost.basis.name(),
+        if parts.is_empty() { "" } else { ": " },
+        parts.join(", ")
+    )
+}
+
+fn lost_time_json(lost: &LostTime) -> Value {
+    let causes: serde_json::Map<String, Value> = Cause::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), json!(lost.share(*c))))
+        .collect();
+    json!({
+        "basis": lost.basis.name(),
+        "idle": lost.idle,
+        "total": lost.total(),
+        "causes": causes,
+        "input": lost.input.map(|i| match i {
+            InputSource::LocalStorage => "local_storage",
+            InputSource::Remote => "remote",
+        }),
+        "summary": lost_time_summary(lost),
+        "reasons": lost.reasons,
+    })
 }
 
 /// GPUs in report order: bottlenecks first (strongest first), then undetermined, idle, busy.
@@ -121,6 +178,8 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                         "active": k.active,
                         "unknown": k.scored.score.is_none(),
                         "score": k.scored.score,
+                        "basis": k.basis.name(),
+                        "cost": k.cost,
                         "evidence": evidence,
                     })
                 })
@@ -129,10 +188,14 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                 "gpu": v.index,
                 "uuid": v.uuid,
                 "primary": v.primary.name(),
-                "explanation": explanation(v.primary),
-                "next_steps": next_steps(v.primary),
+                "basis": v.basis().name(),
+                "explanation": explanation(v),
+                "next_steps": next_steps(v),
                 "kinds": kinds,
             });
+            if let Some(lost) = &v.lost {
+                gpu["lost_time"] = lost_time_json(lost);
+            }
             if let Some(stacks) = &v.figures.stacks {
                 gpu["main_thread"] = stacks_json(stacks);
             }
@@ -155,14 +218,24 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
     for v in ranked(verdicts) {
         let headline = match primary_kind(v) {
             Some(k) => format!(
-                "{} (score {:.2})",
+                "{} (score {:.2}, {}{})",
                 v.primary.name(),
-                k.scored.score.unwrap_or(0.0)
+                k.scored.score.unwrap_or(0.0),
+                k.basis.name(),
+                k.cost
+                    .map(|c| format!(", costs {:.0} % of the GPU's time", 100.0 * c))
+                    .unwrap_or_default()
             ),
             None => v.primary.name().to_string(),
         };
         let _ = writeln!(out, "GPU {} {}: {headline}", v.index, v.uuid);
-        let _ = writeln!(out, "  {}", explanation(v.primary));
+        let _ = writeln!(out, "  {}", explanation(v));
+        if let Some(lost) = &v.lost {
+            let _ = writeln!(out, "  Lost time: {}", lost_time_summary(lost));
+            for reason in &lost.reasons {
+                let _ = writeln!(out, "    - {reason}");
+            }
+        }
         if let Some(k) = primary_kind(v) {
             let evidence: Vec<String> = k
                 .scored
@@ -213,7 +286,7 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
             );
         }
         out.push_str("  Next steps:\n");
-        for (i, step) in next_steps(v.primary).iter().enumerate() {
+        for (i, step) in next_steps(v).iter().enumerate() {
             let _ = writeln!(out, "    {}. {step}", i + 1);
         }
         out.push('\n');

@@ -95,6 +95,107 @@ pub struct KindVerdict {
     pub scored: KindScore,
     /// Active after hysteresis.
     pub active: bool,
+    /// On what the score rests.
+    pub basis: Basis,
+    /// Share of the window's GPU time this kind cost (idle time it explains, or busy time it
+    /// wasted); `None` where it cannot be measured (memory pressure, hardware) or is unknown.
+    pub cost: Option<f64>,
+}
+
+/// On what a verdict rests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Basis {
+    /// Seen directly: where the training loop's main thread was (its Python stacks), or a
+    /// fact the device or the driver reports (throttle reasons, errors, memory, per-process
+    /// GPU work, link state).
+    Observed,
+    /// Deduced from counters alone (CPU, disk, process states): no stacks, or too few samples.
+    #[default]
+    Inferred,
+}
+
+impl Basis {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Basis::Observed => "observed",
+            Basis::Inferred => "inferred",
+        }
+    }
+}
+
+/// The causes lost GPU time is attributed to: the kinds whose cost is measured, plus what no
+/// cause explains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cause {
+    /// A bottleneck kind.
+    Kind(Kind),
+    /// Idle time no observation or counter explains.
+    Unexplained,
+}
+
+impl Cause {
+    /// Every cause, in label order: the idle-time kinds, the busy-time kinds, unexplained.
+    pub const ALL: [Cause; 9] = [
+        Cause::Kind(Kind::DataIo),
+        Cause::Kind(Kind::DataCpu),
+        Cause::Kind(Kind::HostBound),
+        Cause::Kind(Kind::SyncStall),
+        Cause::Kind(Kind::Communication),
+        Cause::Kind(Kind::Contention),
+        Cause::Kind(Kind::KernelEfficiency),
+        Cause::Kind(Kind::Throttling),
+        Cause::Unexplained,
+    ];
+
+    /// The `cause` label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Kind(kind) => kind.name(),
+            Cause::Unexplained => "unexplained",
+        }
+    }
+}
+
+/// Where the window's GPU time went that did no useful work for the GPU's main job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LostTime {
+    /// Observed when the main thread's stacks had enough samples, else inferred.
+    pub basis: Basis,
+    /// Share of the window the GPU ran no work.
+    pub idle: f64,
+    /// Share of the window's time per cause, in [`Cause::ALL`] order: idle time split by what
+    /// the job was doing, plus busy time wasted (empty SMs, held-down clocks) or taken by other
+    /// processes on the GPU.
+    pub shares: [f64; 9],
+    /// Where a starved loader's input comes from, when the loader side explains idle time.
+    pub input: Option<InputSource>,
+    /// Why the split is what it is, in a sentence per part (for the report).
+    pub reasons: Vec<String>,
+}
+
+impl LostTime {
+    /// The share of the window lost to `cause`.
+    pub fn share(&self, cause: Cause) -> f64 {
+        Cause::ALL
+            .iter()
+            .position(|c| *c == cause)
+            .map_or(0.0, |i| self.shares[i])
+    }
+
+    /// Total share of the window lost.
+    pub fn total(&self) -> f64 {
+        self.shares.iter().sum()
+    }
+}
+
+/// Where a starved loader's workers wait for their input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputSource {
+    /// Blocked on the local disk (uninterruptible waits, block-I/O delay).
+    LocalStorage,
+    /// Sleeping, not on the local disk: a socket, a network or FUSE filesystem, a remote store.
+    Remote,
 }
 
 /// The primary verdict of a GPU.
@@ -135,6 +236,28 @@ pub struct GpuVerdict {
     pub primary: Primary,
     /// The window averages behind the verdicts.
     pub figures: WindowFigures,
+    /// Where the lost GPU time went (`None` while the GPU's busy fraction is unknown).
+    pub lost: Option<LostTime>,
+}
+
+impl GpuVerdict {
+    /// The basis of the primary verdict: its kind's, or for idle, busy and undetermined that
+    /// of the lost-time split (observed where the stacks decided it).
+    pub fn basis(&self) -> Basis {
+        match self.primary {
+            Primary::Bottleneck(kind) => self
+                .kinds
+                .iter()
+                .find(|k| k.scored.kind == kind)
+                .map_or(Basis::Inferred, |k| k.basis),
+            _ => self.lost.as_ref().map_or(Basis::Inferred, |l| l.basis),
+        }
+    }
+
+    /// The kind's verdict.
+    pub fn kind(&self, kind: Kind) -> Option<&KindVerdict> {
+        self.kinds.iter().find(|k| k.scored.kind == kind)
+    }
 }
 
 /// The window of one GPU, averaged: what the rules read.
@@ -195,6 +318,10 @@ pub struct WindowFigures {
     pub stacks: Option<ProcessStacks>,
     /// Data-loader workers' CPU over the window, in cores, summed.
     pub workers_cpu: Option<f64>,
+    /// The part of it in the kernel (system calls), in cores.
+    pub workers_system_cpu: Option<f64>,
+    /// Mean share of the workers' context switches that were voluntary.
+    pub workers_voluntary_switches: Option<f64>,
     /// The node's busiest processes outside the GPU process trees, as last found (`None`
     /// while not looked for).
     pub culprits: Option<Culprits>,
@@ -202,6 +329,10 @@ pub struct WindowFigures {
     pub cpu_wait: Option<f64>,
     /// Share of the job's CPUs its GPU process trees use.
     pub own_cpu: Option<f64>,
+    /// How many CPUs the job may run on.
+    pub job_cpus: Option<f64>,
+    /// Mean SM clock share of its maximum over the throttled ticks.
+    pub throttled_clock_ratio: Option<f64>,
     /// Mean hypervisor steal share.
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
@@ -243,4 +374,14 @@ pub struct Sharing {
     pub independent_jobs: Option<u32>,
     /// The processes outside the main process's job on the latest tick, described.
     pub others: Vec<String>,
+    /// Processes doing a real share of the GPU's work on the latest tick (`None` without
+    /// per-process utilization).
+    pub working: Option<u32>,
+    /// Jobs among them: the main process's, plus one per working process outside it (`None`
+    /// when an owner is unknown).
+    pub working_jobs: Option<u32>,
+    /// The working processes other than the main one, described.
+    pub working_others: Vec<String>,
+    /// Mean share of the GPU's work the main process did.
+    pub main_work_share: Option<f64>,
 }

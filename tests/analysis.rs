@@ -5,140 +5,11 @@
 mod common;
 
 use common::exposition::value;
+use common::scenario::{active, does_not_fire, fires, healthy, run, run_many, score, stacks};
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
-use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
+use gpu_bottleneck_exporter::analysis::{Analyzer, Kind, Primary};
 use gpu_bottleneck_exporter::config::Analysis;
-use gpu_bottleneck_exporter::snapshot::{
-    Activity, Culprits, FrameShare, NodeProcess, ProcessStacks, Snapshot,
-};
-
-/// A main thread seen `share` of its samples in `activity` (the rest in Python), most often at
-/// `train.py:57`.
-fn stacks(activity: Activity, share: f64) -> Option<ProcessStacks> {
-    let mut shares = [0.0; 5];
-    shares[Activity::ALL.iter().position(|a| *a == activity).unwrap()] += share;
-    shares[3] += 1.0 - share;
-    Some(ProcessStacks {
-        pid: 4242,
-        samples: 60,
-        shares,
-        top_frames: vec![FrameShare {
-            function: "train".into(),
-            location: "/job/train.py:57".into(),
-            activity,
-            share,
-        }],
-    })
-}
-
-/// A healthy GPU running one training process flat out, every input known.
-fn healthy(uuid: &str) -> GpuObservation {
-    GpuObservation {
-        uuid: uuid.into(),
-        up: true,
-        busy: Some(0.97),
-        idle_share: Some(0.0),
-        sm_activity: Some(0.85),
-        memory_used_ratio: Some(0.6),
-        throttled: Some(false),
-        thermal_margin: Some(20.0),
-        hardware_errors: Some(0),
-        pcie_bandwidth_share: Some(1.0),
-        processes: Some(1),
-        independent_jobs: Some(1),
-        busiest_thread: Some(0.6),
-        workers: Some(8),
-        workers_max_cpu: Some(0.4),
-        workers_disk_wait: Some(0),
-        workers_blkio: Some(0.0),
-        cgroup_throttled: Some(0.0),
-        numa_mismatch: Some(false),
-        disk_util: Some(0.2),
-        iowait: Some(0.01),
-        psi_io: Some(0.01),
-        host_cpu: Some(0.4),
-        other_cpu: Some(0.05),
-        steal: Some(0.0),
-        ..GpuObservation::default()
-    }
-}
-
-/// Runs `seconds` one-second ticks of one GPU whose observation at second `s` is `at(s)`,
-/// with default thresholds; returns the last verdict.
-fn run(seconds: u32, at: impl Fn(u32) -> GpuObservation) -> GpuVerdict {
-    run_many(seconds, |s| vec![at(s)]).remove(0)
-}
-
-fn run_many(seconds: u32, at: impl Fn(u32) -> Vec<GpuObservation>) -> Vec<GpuVerdict> {
-    let mut analyzer = Analyzer::new(Analysis::default());
-    let mut last = Vec::new();
-    for s in 0..seconds {
-        let tick: Vec<GpuObservation> = at(s)
-            .into_iter()
-            .map(|o| GpuObservation {
-                at: f64::from(s),
-                ..o
-            })
-            .collect();
-        last = analyzer.push(tick, f64::from(s));
-    }
-    last
-}
-
-fn active(verdict: &GpuVerdict) -> Vec<Kind> {
-    verdict
-        .kinds
-        .iter()
-        .filter(|k| k.active)
-        .map(|k| k.scored.kind)
-        .collect()
-}
-
-fn score(verdict: &GpuVerdict, kind: Kind) -> Option<f64> {
-    verdict
-        .kinds
-        .iter()
-        .find(|k| k.scored.kind == kind)
-        .unwrap()
-        .scored
-        .score
-}
-
-/// Asserts the timeline fires exactly `kind` as primary.
-#[track_caller]
-fn fires(kind: Kind, modify: impl Fn(&mut GpuObservation)) {
-    let verdict = run(40, |_| {
-        let mut o = healthy("GPU-a");
-        modify(&mut o);
-        o
-    });
-    assert_eq!(
-        verdict.primary,
-        Primary::Bottleneck(kind),
-        "active: {:?}, scores: {:?}",
-        active(&verdict),
-        verdict
-            .kinds
-            .iter()
-            .map(|k| (k.scored.kind, k.scored.score))
-            .collect::<Vec<_>>()
-    );
-}
-
-/// Asserts the timeline does not fire `kind`.
-#[track_caller]
-fn does_not_fire(kind: Kind, modify: impl Fn(&mut GpuObservation)) {
-    let verdict = run(40, |_| {
-        let mut o = healthy("GPU-a");
-        modify(&mut o);
-        o
-    });
-    assert!(
-        !active(&verdict).contains(&kind),
-        "{kind:?} fired: score {:?}",
-        score(&verdict, kind)
-    );
-}
+use gpu_bottleneck_exporter::snapshot::{Activity, Culprits, NodeProcess, Snapshot};
 
 #[test]
 fn a_healthy_saturated_gpu_is_busy() {
@@ -461,15 +332,36 @@ fn a_main_thread_seen_waiting_for_its_loader_is_data_by_the_workers_state() {
         computing(o);
         o.workers = Some(0);
     });
-    // Others using more of the job's CPUs than the job: contention's case, not data_cpu.
-    does_not_fire(Kind::DataCpu, |o| {
+    // Workers waiting for the CPUs others hold: contention's case, not data_cpu.
+    let starved_of_cpu = |o: &mut GpuObservation| {
+        computing(o);
+        o.workers_cpu = Some(0.8);
+        o.cpu_wait = Some(2.5);
+        o.job_cpus = Some(4.0);
+        o.own_cpu = Some(0.25);
+        o.other_cpu = Some(0.7);
+    };
+    does_not_fire(Kind::DataCpu, starved_of_cpu);
+    fires(Kind::Contention, starved_of_cpu);
+    // Others busier than an idle-looking job on its CPUs, while the workers compute and wait
+    // for no CPU: the observation stands (data_cpu), the background is noise.
+    fires(Kind::DataCpu, |o| {
         computing(o);
         o.own_cpu = Some(0.35);
         o.other_cpu = Some(0.6);
+        o.cpu_wait = Some(0.0);
     });
-    // The counters speak louder: storage saturated while the workers also compute is
-    // data_io, the loader wait scoring just past the entry score.
+    // Workers blocked on saturated storage half the time and computing less: data_io, from
+    // local storage. A saturated disk the workers are not seen waiting on does not outweigh
+    // what they are seen doing.
     fires(Kind::DataIo, |o| {
+        computing(o);
+        o.workers_cpu = Some(1.2);
+        o.workers_disk_wait = Some(2);
+        o.disk_util = Some(0.99);
+        o.iowait = Some(0.3);
+    });
+    fires(Kind::DataCpu, |o| {
         computing(o);
         o.disk_util = Some(0.99);
         o.iowait = Some(0.3);
@@ -515,7 +407,7 @@ fn a_rank_seen_mostly_in_a_collective_waits_for_its_peers() {
         Primary::Bottleneck(Kind::Communication)
     );
     does_not_fire(Kind::Communication, |o| {
-        o.stacks = stacks(Activity::Collective, 0.2);
+        o.stacks = stacks(Activity::Collective, 0.1);
     });
 }
 

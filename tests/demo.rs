@@ -23,7 +23,8 @@ fn expected(role: Role) -> Primary {
         Role::KernelEfficiency => Primary::Bottleneck(Kind::KernelEfficiency),
         Role::MemoryPressure => Primary::Bottleneck(Kind::MemoryPressure),
         Role::JobFastRank => Primary::Bottleneck(Kind::Communication),
-        Role::JobSlowRank => Primary::Bottleneck(Kind::Communication),
+        // A straggler is named by its own cause: its loop is seen in Python while its GPU idles.
+        Role::JobSlowRank => Primary::Bottleneck(Kind::HostBound),
         Role::Contention => Primary::Bottleneck(Kind::Contention),
         Role::Throttling => Primary::Bottleneck(Kind::Throttling),
         Role::Hardware => Primary::Bottleneck(Kind::Hardware),

@@ -22,6 +22,9 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
     config.sources.memory.enabled = false;
     config.sources.process.enabled = false; // tests/process.rs covers it
     config.sources.kubernetes.enabled = false; // tests/kubernetes.rs covers it
+                                               // The culprits read the live /proc (what is readable depends on the host); tests/culprits.rs
+                                               // covers them.
+    config.sources.culprits.enabled = false;
     config.sources.gpu.nvml_library = library.to_path_buf();
     config.sources.gpu.max_processes_per_gpu = 3;
     // Generous: a loaded test machine must not turn a slow read into a "timeout" golden.

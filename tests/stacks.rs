@@ -173,6 +173,8 @@ fn activity_shares_are_served_per_gpu_process() {
             activity: Activity::GpuSync,
             share: 0.6,
         }],
+        recent_samples: 10,
+        recent_shares: [0.1, 0.6, 0.0, 0.3, 0.0],
     }];
     let page = common::check_goldens("stacks", &common::render_pinned(&snapshot));
     let share = |activity| {

@@ -13,6 +13,7 @@ import mmap
 import multiprocessing
 import os
 import random
+import struct
 import time
 
 from PIL import Image, ImageFilter
@@ -23,14 +24,62 @@ BLOCK = 4096
 DEFAULT_DATA = os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads")
 
 
-def arguments(description, argv=None):
-    """The options every workload takes."""
+def arguments(description, argv=None, extra=()):
+    """The options every workload takes, and `extra` ones: (flag, type)."""
     parser = argparse.ArgumentParser(description=description)
+    for flag, kind in extra:
+        parser.add_argument(flag, type=kind)
     parser.add_argument("--real", action="store_true", help="train on a real GPU with CUDA PyTorch")
     parser.add_argument("--gpu", type=int, default=0, help="GPU index")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to train")
     parser.add_argument("--data", default=DEFAULT_DATA, help="dataset cache directory (on disk, not tmpfs)")
     return parser.parse_args(argv)
+
+
+# -- ground truth -----------------------------------------------------------------------------
+
+# What each process of a workload was doing, written as it happens so that the runner can
+# compare the exporter's attribution with it: one file per process, records of (start and end
+# on CLOCK_MONOTONIC in ns, as the emulated GPU's timeline; what; CPU ns the thread used).
+TRUTH_RECORD = struct.Struct("<QQBQ")
+LOADER, SYNC, PYTHON, COLLECTIVE, READ, DECODE = 1, 2, 3, 4, 5, 6
+
+
+class Truth:
+    """The calling process's record of where its time went (a no-op without EMUGPU_DIR)."""
+
+    _mine = None
+
+    def __init__(self):
+        directory = os.environ.get("EMUGPU_DIR")
+        self.file = None
+        if directory:
+            name = f"truth-{os.getpid()}-{os.getppid()}.bin"
+            self.file = open(os.path.join(directory, name), "ab", buffering=1 << 16)
+        self.flushed = time.monotonic()
+
+    @classmethod
+    def mine(cls):
+        """This process's recorder (a forked worker gets its own)."""
+        if cls._mine is None or cls._mine[0] != os.getpid():
+            cls._mine = (os.getpid(), cls())
+        return cls._mine[1]
+
+    def record(self, what, start, end, cpu=0):
+        if self.file is None:
+            return
+        self.file.write(TRUTH_RECORD.pack(start, end, what, cpu))
+        if time.monotonic() - self.flushed > 0.5:
+            self.file.flush()
+            self.flushed = time.monotonic()
+
+    def timed(self, what, call, *args):
+        """Runs call(*args), recording it as `what` with the CPU time the thread used."""
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        try:
+            return call(*args)
+        finally:
+            self.record(what, start, time.monotonic_ns(), time.thread_time_ns() - cpu)
 
 
 # -- the dataset ------------------------------------------------------------------------------
@@ -91,12 +140,20 @@ class Images:
     def __len__(self):
         return len(self.files)
 
-    def __getitem__(self, i):
+    def read(self, i):
+        """The encoded bytes of sample i."""
         if self.direct:
-            data = read_direct(self.files[i], self.chunk)
-        else:
-            with open(self.files[i], "rb") as f:
-                data = f.read()
+            return read_direct(self.files[i], self.chunk)
+        with open(self.files[i], "rb") as f:
+            return f.read()
+
+    def __getitem__(self, i):
+        truth = Truth.mine()
+        data = truth.timed(READ, self.read, i)
+        return truth.timed(DECODE, self.decode, data)
+
+    def decode(self, data):
+        """Decoded and augmented, as torchvision's ImageNet recipe."""
         image = Image.open(io.BytesIO(data)).convert("RGB")
         # RandomResizedCrop + RandomHorizontalFlip, as torchvision's ImageNet recipe.
         w, h = image.size
@@ -206,6 +263,18 @@ class Loader:
 # -- the host and the GPU ---------------------------------------------------------------------
 
 
+def in_processes(target, args, count):
+    """Runs target(args) in `count` forked processes (siblings of this one's children) and
+    leaves once they end, without the interpreter's exit handlers (the loaders' own)."""
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=target, args=(args,)) for _ in range(count)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+    os._exit(0)
+
+
 def burn(seconds):
     """Python work on the calling thread for `seconds` (metrics, logging, a CPU-side op)."""
     deadline = time.perf_counter() + seconds
@@ -232,24 +301,34 @@ def train(
     item_every=10,
     host_seconds=0.0,
     on_step=None,
+    collective=None,
 ):
     """The training loop: per batch, a host-to-device copy, the step's kernels (forward,
-    backward, optimizer: `kernels` of `step_seconds` in all), `host_seconds` of Python work, and
-    loss.item() every `item_every` steps (0: never). Returns the steps done."""
+    backward, optimizer: `kernels` of `step_seconds` in all), `collective()` (an all-reduce)
+    when given, `host_seconds` of Python work, and loss.item() every `item_every` steps (0:
+    never); `on_step(steps)` after each. Where the main thread is goes to the ground truth.
+    Returns the steps done."""
+    truth = Truth.mine()
     deadline = time.monotonic() + seconds
     steps = 0
     batches = iter(loader)
-    while time.monotonic() < deadline:
-        next(batches)
+
+    def launch_step():
         gpu.launch(step_seconds * 0.02, sm=0.05, dram=0.6)  # the batch's host-to-device copy
         for _ in range(kernels):
             gpu.launch(step_seconds / kernels, sm=sm, tensor=sm * 0.6, dram=dram)
+
+    while time.monotonic() < deadline:
+        truth.timed(LOADER, next, batches)
+        truth.timed(PYTHON, launch_step)
+        if collective:
+            truth.timed(COLLECTIVE, collective)
         steps += 1
         if item_every and steps % item_every == 0:
-            gpu.item()
+            truth.timed(SYNC, gpu.item)
         if host_seconds:
-            burn(host_seconds)
+            truth.timed(PYTHON, burn, host_seconds)
         if on_step:
             on_step(steps)
-    gpu.synchronize()
+    truth.timed(SYNC, gpu.synchronize)
     return steps

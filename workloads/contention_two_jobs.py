@@ -1,7 +1,6 @@
 """Two independent jobs on one GPU: each a healthy loop that would fill the GPU alone, started
 by launchers of their own (two users' jobs, not two ranks of one), time-sharing the device."""
 import multiprocessing
-import os
 
 import common
 import emugpu
@@ -28,13 +27,7 @@ def launcher(args):
 def main(argv=None):
     args = common.arguments(__doc__, argv)
     common.dataset(args.data, "small", 2000, 96, 96)
-    context = multiprocessing.get_context("fork")
-    launchers = [context.Process(target=launcher, args=(args,)) for _ in range(2)]
-    for p in launchers:
-        p.start()
-    for p in launchers:
-        p.join()
-    os._exit(0)
+    common.in_processes(launcher, args, 2)
 
 
 if __name__ == "__main__":

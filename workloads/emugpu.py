@@ -34,7 +34,8 @@ SLOTS = 64
 HEADER = struct.Struct("<8sIIQQ")  # magic, capacity, slots, head, end of the device queue
 HEADER_BYTES = 64
 SLOT = struct.Struct("<IIQ")  # pid, 0, device memory held
-RECORD = struct.Struct("<QQIHHHHI")  # start, end, pid, sm, occupancy, tensor, dram (per mille), 0
+RECORD = struct.Struct("<QQIHHHHI")  # start, end, pid, sm, occupancy, tensor, dram (per mille), flags
+COLLECTIVE_KERNEL = 1  # flags: the kernel of a collective (ground truth; the driver ignores it)
 RING = HEADER_BYTES + SLOTS * SLOT.size
 FILE_BYTES = RING + CAPACITY * RECORD.size
 
@@ -126,7 +127,7 @@ class EmulatedGPU:
         SMs busy (tiny kernels: a small share), and returns at once."""
         self._launch(None, seconds, sm, occupancy, tensor, dram)
 
-    def _launch(self, until_ns, seconds=0.0, sm=1.0, occupancy=None, tensor=0.0, dram=0.3):
+    def _launch(self, until_ns, seconds=0.0, sm=1.0, occupancy=None, tensor=0.0, dram=0.3, flags=0):
         """Books a kernel that runs `seconds`, or until `until_ns` (a kernel that waits on the
         GPU for something outside it, as a collective does)."""
         if len(self._pending) >= QUEUE_DEPTH:
@@ -149,12 +150,12 @@ class EmulatedGPU:
                 at = RING + ((head - 1) % CAPACITY) * RECORD.size
                 last = RECORD.unpack_from(self._map, at)
                 # Back-to-back identical kernels of one process are one record.
-                if last[1] == start and last[2] == self.pid and last[3:7] == shares:
-                    RECORD.pack_into(self._map, at, last[0], end, self.pid, *shares, 0)
+                if last[1] == start and last[2] == self.pid and last[3:7] == shares and last[7] == flags:
+                    RECORD.pack_into(self._map, at, last[0], end, self.pid, *shares, flags)
                     merged = True
             if not merged:
                 at = RING + (head % CAPACITY) * RECORD.size
-                RECORD.pack_into(self._map, at, start, end, self.pid, *shares, 0)
+                RECORD.pack_into(self._map, at, start, end, self.pid, *shares, flags)
                 head += 1
             HEADER.pack_into(self._map, 0, MAGIC, CAPACITY, SLOTS, head, end)
         self._pending.append(end)
@@ -166,7 +167,7 @@ class EmulatedGPU:
         and a faster rank's GPU spins in it until then (NCCL kernels wait on the GPU)."""
         peers.ends[rank] = max(self._last_end, time.monotonic_ns())
         peers.barrier.wait()
-        self._launch(max(peers.ends[:]) + int(seconds * 1e9), sm=0.2, dram=0.3)
+        self._launch(max(peers.ends[:]) + int(seconds * 1e9), sm=0.2, dram=0.3, flags=COLLECTIVE_KERNEL)
         peers.barrier.wait()
 
     def synchronize(self):

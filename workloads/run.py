@@ -11,6 +11,12 @@ first came out, how often the primary verdict changed once it was reached, and t
     python3 workloads/run.py --fast                # the subset the test command runs
     python3 workloads/run.py --only host_bound_no_workers,healthy_busy --seconds 40
     python3 workloads/run.py --real                # on a node with NVIDIA GPUs and CUDA PyTorch
+    python3 workloads/run.py --random 100 --seed 1 # loops drawn at random (random_loop.py)
+
+On the emulated GPUs every run is also compared with its ground truth (truth.py: what the GPU
+and the workload's processes did over the last analysis window): the truth's primary cause and
+the mean absolute error of the exporter's lost-time shares (`gpu_lost_time_ratio`) over the
+nine causes. A random loop has no declared verdict: its expectation is the truth's primary.
 
 Exit status: 1 when a workload's verdict differs from its expectation and --strict is given.
 """
@@ -31,15 +37,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import random_loop  # noqa: E402
+import truth  # noqa: E402
+
 # The subset the test command runs: one per family of signal (the GPU timeline's shape and
-# SM activity, the main thread, CUDA's blocking wait, the process table), each decided well
-# inside its time.
+# SM activity, the main thread, CUDA's blocking wait, the process table, a loader waiting on a
+# remote store), each decided well inside its time.
 FAST = [
     "idle_holder",
     "host_bound_no_workers",
     "sync_stall_item_blocking",
     "kernel_efficiency_tiny_kernels",
     "contention_two_jobs",
+    "data_io_remote_store",
 ]
 
 
@@ -48,7 +58,7 @@ def workloads():
     found = {}
     for file in sorted(os.listdir(HERE)):
         name, ext = os.path.splitext(file)
-        if ext != ".py" or name in ("run", "common", "emugpu"):
+        if ext != ".py" or name in ("run", "common", "emugpu", "truth", "random_loop"):
             continue
         module = importlib.import_module(name)
         if hasattr(module, "EXPECT"):
@@ -86,6 +96,7 @@ def config(port, library, window, min_duration):
         "sources:\n"
         f"  gpu: {{nvml_library: {library}}}\n"
         "  kubernetes: {enabled: false}\n"
+        f"  stacks: {{window: {window}s}}\n"
         "analysis:\n"
         f"  window: {window}s\n"
         f"  min_duration: {min_duration}s\n"
@@ -152,11 +163,19 @@ def skipped(name, module, why):
     ]
 
 
-def run_one(name, module, args):
-    """Runs one workload; returns a result row per expected GPU."""
+def lost_shares(gpu):
+    """The exporter's lost-time split of a GPU, per cause (zeros where it has none)."""
+    causes = gpu.get("lost_time", {}).get("causes", {})
+    return {cause: causes.get(cause, 0.0) for cause in truth.CAUSES}
+
+
+def run_one(name, module, args, extra=(), hogs=None):
+    """Runs one workload; returns a result row per expected GPU. `extra` are more arguments
+    for the workload; `hogs` overrides the module's CPU_HOGS (how many CPU hogs it runs) for
+    the ground truth."""
     if args.real and module.GPUS > args.real_gpus:
         return skipped(name, module, f"needs {module.GPUS} GPUs, this node has {args.real_gpus}")
-    work = tempfile.mkdtemp(prefix=f"workload-{name}-")
+    work = tempfile.mkdtemp(prefix="workload-" + "".join(c if c.isalnum() else "_" for c in name) + "-")
     timelines = os.path.join(work, "timelines")
     os.makedirs(timelines)
     port = free_port()
@@ -180,11 +199,14 @@ def run_one(name, module, args):
         start_new_session=True,
     )
     # The workload would train longer: the verdict at the end is read while it still runs.
-    command = [sys.executable, os.path.join(HERE, f"{name}.py"), "--seconds", str(args.seconds + 30)]
+    script = os.path.join(HERE, f"{module.__name__}.py")
+    command = [sys.executable, script, "--seconds", str(args.seconds + 30), *extra]
     command += ["--data", args.data] + (["--real"] if args.real else [])
     workload_log = open(os.path.join(work, "workload.log"), "w")
-    history = {gpu: [] for gpu in module.EXPECT}
+    expected = getattr(module, "EXPECT", {0: None})
+    history = {gpu: [] for gpu in expected}
     last = {}
+    truths = {}
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -201,15 +223,26 @@ def run_one(name, module, args):
         )
         try:
             trace = open(os.path.join(work, "diagnosis.jsonl"), "w")
+            read_at = time.monotonic_ns()
             while workload.poll() is None and time.monotonic() - started < args.seconds:
                 time.sleep(1)
                 at = time.monotonic() - started
                 answer = diagnosis(port)
+                read_at = time.monotonic_ns()
                 trace.write(json.dumps({"at": at, **answer}) + "\n")
                 for gpu in answer["gpus"]:
                     if gpu["gpu"] in history:
                         history[gpu["gpu"]].append((at, gpu["primary"]))
                         last[gpu["gpu"]] = gpu
+            if not args.real:
+                # The truth files are flushed every half second: wait for the window's end.
+                time.sleep(1)
+                window = (read_at - args.window * 1_000_000_000, read_at)
+                cpu_hogs = getattr(module, "CPU_HOGS", 0) if hogs is None else hogs
+                for gpu in expected:
+                    timeline = os.path.join(timelines, f"gpu{gpu}.timeline")
+                    if os.path.exists(timeline):
+                        truths[gpu] = truth.split(timeline, timelines, *window, hogs=cpu_hogs)
         finally:
             stop(workload)
     finally:
@@ -218,44 +251,85 @@ def run_one(name, module, args):
         print(f"  {name}: workload exited {workload.returncode}; see {workload_log.name}", file=sys.stderr)
     print(f"  {name}: logs and the verdicts of every second in {work}", file=sys.stderr)
     rows = []
-    for gpu, expected in module.EXPECT.items():
+    for gpu, declared in expected.items():
         seen = history[gpu]
-        reached = next((at for at, primary in seen if primary == expected), None)
+        final = seen[-1][1] if seen else "none"
+        row = {"workload": name, "gpu": gpu, "primary": final, "evidence": evidence(last[gpu]) if gpu in last else ""}
+        if gpu in truths:
+            shares, busy = truths[gpu]
+            estimated = lost_shares(last.get(gpu, {}))
+            errors = [abs(estimated[c] - shares[c]) for c in truth.CAUSES]
+            row.update(
+                truth=truth.primary(shares, busy),
+                truth_shares=shares,
+                shares=estimated,
+                mae=sum(errors) / len(errors),
+                worst_error=max(zip(errors, truth.CAUSES)),
+            )
+        expected_primary = declared or row.get("truth", "none")
+        reached = next((at for at, primary in seen if primary == expected_primary), None)
         # Flips: changes of the primary verdict once it reached the expected one (or, where it
         # never did, once it left undetermined): flapping, not the latches' entry delay.
         start = next(
-            (i for i, (_, p) in enumerate(seen) if p == expected),
+            (i for i, (_, p) in enumerate(seen) if p == expected_primary),
             next((i for i, (_, p) in enumerate(seen) if p != "undetermined"), len(seen)),
         )
         settled = [p for _, p in seen[start:]]
-        flips = sum(1 for a, b in zip(settled, settled[1:]) if a != b)
-        final = seen[-1][1] if seen else "none"
-        rows.append(
-            {
-                "workload": name,
-                "gpu": gpu,
-                "expected": expected,
-                "primary": final,
-                "ok": final == expected,
-                "seconds_to_verdict": reached,
-                "flips": flips,
-                "evidence": evidence(last[gpu]) if gpu in last else "",
-            }
+        row.update(
+            expected=expected_primary,
+            ok=final == expected_primary,
+            seconds_to_verdict=reached,
+            flips=sum(1 for a, b in zip(settled, settled[1:]) if a != b),
         )
+        rows.append(row)
     return rows
 
 
 def table(rows):
     lines = [
-        "| workload | GPU | expected | primary at the end | s to verdict | flips | evidence |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | GPU | expected | primary at the end | s to verdict | flips | truth | MAE | evidence |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         mark = "" if r["ok"] else " ✗"
         seconds = "-" if r["seconds_to_verdict"] is None else f"{r['seconds_to_verdict']:.0f}"
+        mae = f"{r['mae']:.3f}" if "mae" in r else "-"
         lines.append(
             f"| {r['workload']} | {r['gpu']} | {r['expected']} | {r['primary']}{mark} | {seconds} "
-            f"| {r['flips']} | {r['evidence']} |"
+            f"| {r['flips']} | {r.get('truth', '-')} | {mae} | {r['evidence']} |"
+        )
+    return "\n".join(lines)
+
+
+# Verdicts that are no claim about time (nothing to compare with the truth's time split).
+UNTIMED = ("memory_pressure", "hardware")
+
+
+def judged(rows):
+    """The rows with a ground truth whose verdict is a claim about time."""
+    return [r for r in rows if "truth" in r and r["primary"] not in UNTIMED]
+
+
+def summary(rows):
+    """Agreement with the truth's primary cause and the lost-time error, over the rows that
+    have a truth (memory pressure and hardware verdicts cost no measurable time: left out);
+    the worst cases."""
+    judged_rows = judged(rows)
+    if not judged_rows:
+        return ""
+    agree = sum(1 for r in judged_rows if r["primary"] == r["truth"])
+    mae = sum(r["mae"] for r in judged_rows) / len(judged_rows)
+    worst = sorted(judged_rows, key=lambda r: -r["mae"])[:3]
+    lines = [
+        "",
+        f"against the ground truth: {len(judged_rows)} runs, primary agrees on {agree} "
+        f"({100 * agree / len(judged_rows):.0f} %), mean absolute error of the lost-time shares {mae:.3f}",
+    ]
+    for r in worst:
+        error, cause = r["worst_error"]
+        lines.append(
+            f"  worst: {r['workload']} GPU {r['gpu']}: MAE {r['mae']:.3f}, {cause} off by {error:.2f} "
+            f"(exporter {r['primary']}, truth {r['truth']})"
         )
     return "\n".join(lines)
 
@@ -265,35 +339,59 @@ def main():
     parser.add_argument("--real", action="store_true", help="real GPUs, real NVML, CUDA PyTorch")
     parser.add_argument("--fast", action="store_true", help="the subset the test command runs, with a 12 s window")
     parser.add_argument("--only", default="", help="comma-separated workload names")
-    parser.add_argument("--seconds", type=float, help="training time per workload (default 60, --fast 25)")
-    parser.add_argument("--window", type=int, help="analysis window in seconds (default 30, --fast 12)")
-    parser.add_argument("--min-duration", type=int, help="analysis min_duration in seconds (default 10, --fast 4)")
+    parser.add_argument("--seconds", type=float, help="training time per workload (default 60, --fast 25, --random 40)")
+    parser.add_argument("--window", type=int, help="analysis window in seconds (default 30, --fast 12, --random 20)")
+    parser.add_argument("--min-duration", type=int, help="analysis min_duration in seconds (default 10, --fast 4, --random 6)")
     parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
+    parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")
+    parser.add_argument("--min-agreement", type=float, help="exit 1 when fewer runs agree with the truth's primary")
+    parser.add_argument("--max-mae", type=float, help="exit 1 when the mean absolute error of the lost-time shares is larger")
     args = parser.parse_args()
-    args.seconds = args.seconds or (25.0 if args.fast else 60.0)
-    args.window = args.window or (12 if args.fast else 30)
-    args.min_duration = args.min_duration or (4 if args.fast else 10)
+    # Random loops are many: 40 s each with a 20 s window (the truth is taken over it too).
+    args.seconds = args.seconds or (25.0 if args.fast else 40.0 if args.random else 60.0)
+    args.window = args.window or (12 if args.fast else 20 if args.random else 30)
+    args.min_duration = args.min_duration or (4 if args.fast else 6 if args.random else 10)
 
     args.real_gpus = real_gpus() if args.real else 0
-    suite = workloads()
-    chosen = [n for n in args.only.split(",") if n] or (FAST if args.fast else list(suite))
-    unknown = [n for n in chosen if n not in suite]
-    if unknown:
-        parser.error(f"no such workload: {', '.join(unknown)} (have: {', '.join(suite)})")
     rows = []
-    for name in chosen:
-        print(f"{name} ...", file=sys.stderr, flush=True)
-        rows += run_one(name, suite[name], args)
+    if args.random:
+        if args.real:
+            parser.error("--random needs the emulated GPUs (its ground truth is theirs)")
+        for n in range(args.random):
+            loop_seed = args.seed * 100_000 + n
+            loop = random_loop.draw(loop_seed)
+            name = f"random {loop_seed} ({loop['loader']}, {loop['disturbance']})"
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            hogs = 3 if loop["disturbance"] == "hogs" else 0
+            rows += run_one(name, random_loop, args, ["--loop-seed", str(loop_seed)], hogs=hogs)
+    else:
+        suite = workloads()
+        chosen = [n for n in args.only.split(",") if n] or (FAST if args.fast else list(suite))
+        unknown = [n for n in chosen if n not in suite]
+        if unknown:
+            parser.error(f"no such workload: {', '.join(unknown)} (have: {', '.join(suite)})")
+        for name in chosen:
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            rows += run_one(name, suite[name], args)
     print(table(rows))
+    print(summary(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     if args.strict and not all(r["ok"] for r in rows):
         sys.exit(1)
+    compared = judged(rows)
+    if compared and args.min_agreement is not None:
+        if sum(r["primary"] == r["truth"] for r in compared) < args.min_agreement * len(compared):
+            sys.exit(f"agreement with the truth below {args.min_agreement}")
+    if compared and args.max_mae is not None:
+        if sum(r["mae"] for r in compared) / len(compared) > args.max_mae:
+            sys.exit(f"mean absolute error above {args.max_mae}")
 
 
 if __name__ == "__main__":

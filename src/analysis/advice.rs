@@ -1,10 +1,61 @@
 //! What each verdict means in a sentence, and what to try next (the checklist behind the
 //! `diagnose` report and `/api/v1/diagnosis`).
 
-use super::{Kind, Primary};
+use super::{GpuVerdict, InputSource, Kind, Primary};
+
+/// Which reading of the primary verdict applies: data from a remote source, a GPU shared by
+/// the job's own processes, or the kind's usual one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    RemoteInput,
+    OwnProcessesShareGpu,
+    Usual(Primary),
+}
+
+fn reading(verdict: &GpuVerdict) -> Reading {
+    let remote = verdict
+        .lost
+        .as_ref()
+        .is_some_and(|l| l.input == Some(InputSource::Remote));
+    let own_sharers = verdict.kind(Kind::Contention).is_some_and(|k| {
+        k.scored
+            .evidence
+            .iter()
+            .any(|e| e.name == "own_processes_share_gpu" && e.strength >= 0.5)
+    });
+    match verdict.primary {
+        Primary::Bottleneck(Kind::DataIo) if remote => Reading::RemoteInput,
+        Primary::Bottleneck(Kind::Contention) if own_sharers => Reading::OwnProcessesShareGpu,
+        primary => Reading::Usual(primary),
+    }
+}
 
 /// One sentence saying what the verdict means for the GPU.
-pub fn explanation(primary: Primary) -> &'static str {
+pub fn explanation(verdict: &GpuVerdict) -> &'static str {
+    match reading(verdict) {
+        Reading::RemoteInput => "The GPU waits for input data that the loader workers fetch from a remote source (object store, network or FUSE filesystem, a feature service): they sleep waiting for it while the local disks are quiet.",
+        Reading::OwnProcessesShareGpu => "Several processes of this job each run real work on this GPU and time-share it: each waits while the other's kernels run.",
+        Reading::Usual(primary) => usual_explanation(primary),
+    }
+}
+
+/// Concrete next steps for the verdict, most likely first.
+pub fn next_steps(verdict: &GpuVerdict) -> &'static [&'static str] {
+    match reading(verdict) {
+        Reading::RemoteInput => &[
+            "Cache the data set on local NVMe or in memory (a node-local cache in front of the object store or NFS).",
+            "Pack small samples into large shards (WebDataset, TFRecord, Parquet) so each request carries many samples.",
+            "Hide the latency: more DataLoader workers and a larger prefetch_factor, or asynchronous/concurrent fetches inside each worker.",
+        ],
+        Reading::OwnProcessesShareGpu => &[
+            "Run one rank per GPU: give each process its own device (CUDA_VISIBLE_DEVICES, LOCAL_RANK).",
+            "If the processes must share, use MPS so their kernels run side by side instead of time-slicing.",
+        ],
+        Reading::Usual(primary) => usual_next_steps(primary),
+    }
+}
+
+fn usual_explanation(primary: Primary) -> &'static str {
     match primary {
         Primary::Idle => "No process is using this GPU, or the one holding it runs no work: if it is allocated to a job, it is wasted capacity.",
         Primary::Busy => "The GPU is kept busy and nothing on the node holds it back: it is compute-bound.",
@@ -12,8 +63,8 @@ pub fn explanation(primary: Primary) -> &'static str {
         Primary::Bottleneck(kind) => match kind {
             Kind::DataIo => "The GPU waits for input data: storage cannot deliver it fast enough (disk saturated, I/O stalls, loader workers blocked on reads).",
             Kind::DataCpu => "The GPU waits for input data: the CPU-side preprocessing (decode, augmentation) is too slow.",
-            Kind::HostBound => "The GPU waits on the training loop itself: its main thread is pinned at a full core (Python overhead, kernel launches).",
-            Kind::SyncStall => "The GPU runs in bursts while neither storage nor CPU is busy: host-device synchronisation points serialise the pipeline.",
+            Kind::HostBound => "The GPU waits on the training loop itself: its main thread's Python (model code, optimizer, kernel launches) cannot keep the GPU fed.",
+            Kind::SyncStall => "The training loop waits for the GPU to drain (.item(), .cpu(), synchronize) and the GPU then idles while the host prepares the next step: synchronisation points serialise the pipeline.",
             Kind::KernelEfficiency => "The GPU reports high utilization but its SMs are mostly empty: many small kernels or low occupancy.",
             Kind::MemoryPressure => "Device memory is nearly full: allocations are at the limit and the allocator may thrash.",
             Kind::Communication => "This GPU waits on the other GPUs of its job (imbalance or collective communication) or on a degraded link.",
@@ -24,8 +75,7 @@ pub fn explanation(primary: Primary) -> &'static str {
     }
 }
 
-/// Concrete next steps for the verdict, most likely first.
-pub fn next_steps(primary: Primary) -> &'static [&'static str] {
+fn usual_next_steps(primary: Primary) -> &'static [&'static str] {
     match primary {
         Primary::Idle => &["Release the GPU or check why the job that holds it is not running.", "Alert on allocated-but-idle GPUs to recover capacity."],
         Primary::Busy => &["Nothing to fix on the node; to go faster, reduce the model's work (mixed precision, better kernels, larger effective batch)."],

@@ -3,6 +3,7 @@
 //! each snapshot with the tick's monotonic time.
 
 pub mod advice;
+pub mod attribution;
 pub mod observation;
 pub mod rules;
 
@@ -13,8 +14,12 @@ use self::rules::{score_all, window_figures};
 use crate::config::Analysis as Thresholds;
 use crate::snapshot::Snapshot;
 pub use crate::verdict::{
-    Evidence, GpuVerdict, Kind, KindScore, KindVerdict, Primary, Sharing, WindowFigures,
+    Basis, Cause, Evidence, GpuVerdict, InputSource, Kind, KindScore, KindVerdict, LostTime,
+    Primary, Sharing, WindowFigures,
 };
+
+/// Recent stack samples from which a tick is attributed by them (else by the whole window's).
+const RECENT_SAMPLES_MIN: u32 = 4;
 
 /// Hysteresis state of one kind on one GPU.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,6 +57,8 @@ pub struct Analyzer {
     thresholds: Thresholds,
     /// Ticks in the window: (time, observations), oldest first.
     window: VecDeque<(f64, Vec<GpuObservation>)>,
+    /// Per GPU, each tick of the window's lost-time split: (time, split).
+    splits: BTreeMap<String, VecDeque<(f64, LostTime)>>,
     latches: BTreeMap<(String, Kind), Latch>,
 }
 
@@ -119,11 +126,45 @@ impl Analyzer {
         let thresholds = self.thresholds.clone();
         let verdicts: Vec<GpuVerdict> = figures
             .into_iter()
-            .map(|(now, w, _)| self.decide(&now, w, at, &thresholds))
+            .map(|(now, w, _)| self.decide(&now, w, at, horizon, &thresholds))
             .collect();
         let live: Vec<&String> = verdicts.iter().map(|v| &v.uuid).collect();
         self.latches.retain(|(uuid, _), _| live.contains(&uuid));
+        self.splits.retain(|uuid, _| live.contains(&uuid));
         verdicts
+    }
+
+    /// This tick's split of the GPU's time, added to its window, and the window's split:
+    /// each tick attributed by its own state, described by the window's.
+    fn lost_over_window(
+        &mut self,
+        now: &GpuObservation,
+        window: &WindowFigures,
+        inferred: &[KindScore],
+        (at, horizon): (f64, f64),
+        t: &Thresholds,
+    ) -> Option<LostTime> {
+        let mut tick = window_figures(&[now]);
+        tick.job_gap = window.job_gap;
+        // The tick is attributed by where the main thread was lately, not over the whole
+        // stacks window: a cause that starts mid-window shows in the ticks after it.
+        if let Some(stacks) = tick
+            .stacks
+            .as_mut()
+            .filter(|s| s.recent_samples >= RECENT_SAMPLES_MIN)
+        {
+            stacks.shares = stacks.recent_shares;
+        }
+        let splits = self.splits.entry(now.uuid.clone()).or_default();
+        while splits.front().is_some_and(|(when, _)| *when <= horizon) {
+            splits.pop_front();
+        }
+        if let Some(split) = attribution::lost_time(&tick, &score_all(&tick, t), t) {
+            splits.push_back((at, split));
+        }
+        let described = attribution::lost_time(window, inferred, t)?;
+        let ticks: Vec<&LostTime> = splits.iter().map(|(_, split)| split).collect();
+        Some(attribution::average(&ticks, described))
     }
 
     fn decide(
@@ -131,12 +172,17 @@ impl Analyzer {
         now: &GpuObservation,
         figures: WindowFigures,
         at: f64,
+        horizon: f64,
         t: &Thresholds,
     ) -> GpuVerdict {
         let idle = figures.up && figures.processes == Some(0.0);
-        let kinds: Vec<KindVerdict> = score_all(&figures, t)
+        let inferred = score_all(&figures, t);
+        let lost = self.lost_over_window(now, &figures, &inferred, (at, horizon), t);
+        let kinds: Vec<KindVerdict> = inferred
             .into_iter()
-            .map(|mut scored| {
+            .map(|scored| {
+                let (mut scored, basis, cost) =
+                    attribution::judge(scored, lost.as_ref(), &figures, t);
                 // An idle GPU waits for nobody: only its health can be a problem.
                 if idle
                     && !matches!(
@@ -151,7 +197,12 @@ impl Analyzer {
                     .entry((now.uuid.clone(), scored.kind))
                     .or_default();
                 let active = latch.update(scored.score, at, t);
-                KindVerdict { scored, active }
+                KindVerdict {
+                    scored,
+                    active,
+                    basis,
+                    cost,
+                }
             })
             .collect();
         // A straggler (a GPU behind the busiest of its job) straggles for a reason of its own
@@ -165,12 +216,21 @@ impl Analyzer {
                     .filter(|e| e.strength >= score)
                     .all(|e| e.name == "job_busy_gap")
         };
+        // The largest cost decides. A failing device comes first; a kind whose cost cannot
+        // be measured (memory pressure, or throttling without clocks) ranks as if it cost the
+        // entry share, scaled by its score.
+        let weight = |k: &KindVerdict| match (k.scored.kind, k.cost) {
+            (Kind::Hardware, _) => 2.0,
+            (_, Some(cost)) => cost,
+            (_, None) => t.lost_share_high * k.scored.score.unwrap_or(0.0),
+        };
         let strongest = kinds
             .iter()
             .filter(|k| k.active)
             .max_by(|a, b| {
                 only_imbalance(b)
                     .cmp(&only_imbalance(a))
+                    .then(weight(a).total_cmp(&weight(b)))
                     .then(
                         a.scored
                             .score
@@ -195,6 +255,7 @@ impl Analyzer {
             kinds,
             primary,
             figures,
+            lost,
         }
     }
 }

@@ -48,6 +48,15 @@ pub struct GpuObservation {
     pub other_jobs: Vec<String>,
     /// What groups this GPU with others of the same job (a process, pod or Slurm job).
     pub job: Option<String>,
+    /// Processes doing a real share of the GPU's work (per-process SM samples at or above
+    /// [`SHARER_MIN_SM`]); `None` where the driver reports no per-process utilization.
+    pub working_processes: Option<u32>,
+    /// Whether those working processes belong to more than one job (`None`: owners unknown).
+    pub working_jobs: Option<u32>,
+    /// The working processes other than the main one, described for the evidence.
+    pub working_others: Vec<String>,
+    /// The main process's share of the GPU's work (its SM samples over all processes').
+    pub main_work_share: Option<f64>,
     /// The main GPU process's busiest thread, share of a core.
     pub busiest_thread: Option<f64>,
     /// Where the main GPU process's main thread was over the stacks source's window (`None`
@@ -64,6 +73,10 @@ pub struct GpuObservation {
     pub workers_max_cpu: Option<f64>,
     /// The workers' CPU, in cores, summed.
     pub workers_cpu: Option<f64>,
+    /// The part of it in the kernel (system calls), in cores.
+    pub workers_system_cpu: Option<f64>,
+    /// Share of the workers' context switches that were voluntary (blocking, not preempted).
+    pub workers_voluntary_switches: Option<f64>,
     /// Workers in uninterruptible (I/O) wait.
     pub workers_disk_wait: Option<u32>,
     /// Mean number of workers waiting for block I/O (delay accounting).
@@ -85,9 +98,19 @@ pub struct GpuObservation {
     pub other_cpu: Option<f64>,
     /// Share of the CPUs the main GPU process may run on that GPU process trees use.
     pub own_cpu: Option<f64>,
+    /// How many CPUs the main GPU process may run on.
+    pub job_cpus: Option<f64>,
     /// Host CPU steal share.
     pub steal: Option<f64>,
+    /// The SM clock's share of its maximum on a tick with a limiting throttle reason (`None`
+    /// when not throttled or unknown).
+    pub throttled_clock_ratio: Option<f64>,
 }
+
+/// Per-process SM share at or above which a process does a real share of a GPU's work: a
+/// helper holding a context (a loader worker that touched CUDA, a monitoring agent) stays far
+/// below it.
+pub const SHARER_MIN_SM: f64 = 0.05;
 
 /// Extracts one observation per GPU from a snapshot taken at `at` seconds.
 pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
@@ -137,6 +160,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 }
             });
             let (independent_jobs, other_jobs) = jobs_on(device, &contexts);
+            let work = working(device, &contexts);
             GpuObservation {
                 at,
                 index: device.index,
@@ -166,6 +190,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 independent_jobs,
                 other_jobs,
                 job,
+                working_processes: work.as_ref().map(|w| w.processes),
+                working_jobs: work.as_ref().and_then(|w| w.jobs),
+                working_others: work.as_ref().map(|w| w.others.clone()).unwrap_or_default(),
+                main_work_share: work.as_ref().and_then(|w| w.main_share),
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
@@ -173,6 +201,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
                 workers_cpu: context.and_then(|c| c.workers.cpu_cores),
+                workers_system_cpu: context.and_then(|c| c.workers.system_cpu_cores),
+                workers_voluntary_switches: context.and_then(|c| c.workers.voluntary_switch_share),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),
                 workers_blkio: context.and_then(|c| c.workers.blkio_delay_ratio),
                 cgroup_throttled: context.and_then(|c| c.cgroup.as_ref()?.throttled_ratio),
@@ -188,10 +218,80 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .and_then(|c| c.others_cpu_ratio)
                     .or(snapshot.other_cpu_ratio),
                 own_cpu: context.and_then(|c| c.own_cpu_ratio),
+                job_cpus: context
+                    .filter(|c| !c.allowed_cpus.is_empty())
+                    .map(|c| c.allowed_cpus.len() as f64),
                 steal: rates.map(|r| r.steal_ratio),
+                throttled_clock_ratio: throttled_clock_ratio(device),
             }
         })
         .collect()
+}
+
+/// The SM clock against its maximum while a limiting throttle reason holds it down.
+fn throttled_clock_ratio(device: &GpuDevice) -> Option<f64> {
+    if device.throttle_reasons? & LIMITING_THROTTLE_REASONS == 0 {
+        return None;
+    }
+    let sm = device.clocks.iter().find(|c| c.domain == "sm")?;
+    let (now, max) = (sm.hertz?, sm.max_hertz?);
+    (max > 0.0).then(|| (now / max).clamp(0.0, 1.0))
+}
+
+/// Who does the work on a GPU, from the per-process SM samples.
+struct Work {
+    processes: u32,
+    jobs: Option<u32>,
+    others: Vec<String>,
+    main_share: Option<f64>,
+}
+
+/// The processes doing a real share of a GPU's work; `None` where the driver reports no
+/// per-process utilization. A GPU is time-shared when two or more do, whatever their
+/// parentage; whether they are one job changes the advice, not the verdict.
+fn working(device: &GpuDevice, contexts: &BTreeMap<u32, &ProcessContext>) -> Option<Work> {
+    let main = device.processes.first()?;
+    let reported: Vec<(&crate::snapshot::GpuProcess, f64)> = device
+        .processes
+        .iter()
+        .filter_map(|p| p.sm_ratio.map(|sm| (p, sm)))
+        .collect();
+    if reported.is_empty() {
+        return None;
+    }
+    let total: f64 = reported.iter().map(|(_, sm)| sm).sum();
+    let main_sm = reported
+        .iter()
+        .find(|(p, _)| p.pid == main.pid)
+        .map_or(0.0, |(_, sm)| *sm);
+    let sharers: Vec<&crate::snapshot::GpuProcess> = reported
+        .iter()
+        .filter(|(_, sm)| *sm >= SHARER_MIN_SM)
+        .map(|(p, _)| *p)
+        .collect();
+    let main_context = contexts.get(&main.pid);
+    let mut jobs = Some(1);
+    let mut others = Vec::new();
+    for p in sharers.iter().filter(|p| p.pid != main.pid) {
+        match (main_context, contexts.get(&p.pid)) {
+            (Some(m), Some(c)) => {
+                if !same_job(m, c) {
+                    jobs = jobs.map(|j| j + 1);
+                }
+                others.push(describe(p.pid, &p.command, c));
+            }
+            _ => {
+                jobs = None;
+                others.push(format!("pid {} ({})", p.pid, p.command));
+            }
+        }
+    }
+    Some(Work {
+        processes: sharers.len() as u32,
+        jobs,
+        others,
+        main_share: (total > 0.0).then(|| (main_sm / total).clamp(0.0, 1.0)),
+    })
 }
 
 fn hardware_errors(device: &GpuDevice) -> Option<u64> {
@@ -423,6 +523,43 @@ mod tests {
         let contexts: BTreeMap<u32, &ProcessContext> =
             snapshot_contexts.iter().map(|c| (c.pid, c)).collect();
         assert_eq!(jobs_on(&device, &contexts).0, None);
+    }
+
+    #[test]
+    fn processes_doing_real_work_share_the_gpu_whatever_their_parentage() {
+        // Two siblings of one launcher (one job), both working; a third holds a context only.
+        let contexts = [
+            process(20, 7, "", &[]),
+            process(21, 7, "", &[]),
+            process(22, 7, "", &[]),
+        ];
+        let device = GpuDevice {
+            process_count: Some(3),
+            processes: [(20, 0.3), (21, 0.3), (22, 0.0)]
+                .iter()
+                .map(|(pid, sm)| GpuProcess {
+                    pid: *pid,
+                    command: "python3".into(),
+                    sm_ratio: Some(*sm),
+                    ..GpuProcess::default()
+                })
+                .collect(),
+            ..GpuDevice::default()
+        };
+        let by_pid: BTreeMap<u32, &ProcessContext> = contexts.iter().map(|c| (c.pid, c)).collect();
+        let work = working(&device, &by_pid).unwrap();
+        assert_eq!(work.processes, 2);
+        assert_eq!(work.jobs, Some(1));
+        assert_eq!(work.others, vec!["pid 21 (python3)".to_string()]);
+        assert_eq!(work.main_share, Some(0.5));
+        // Another job's working process counts as another job; without per-process
+        // utilization nothing is known.
+        let other = [process(20, 7, "a", &[]), process(21, 8, "b", &[])];
+        let by_pid: BTreeMap<u32, &ProcessContext> = other.iter().map(|c| (c.pid, c)).collect();
+        assert_eq!(working(&device, &by_pid).unwrap().jobs, Some(2));
+        let mut blind = device.clone();
+        blind.processes.iter_mut().for_each(|p| p.sm_ratio = None);
+        assert!(working(&blind, &by_pid).is_none());
     }
 
     #[test]

@@ -76,6 +76,13 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
                 .last()
                 .map(|o| o.other_jobs.clone())
                 .unwrap_or_default(),
+            working: window.last().and_then(|o| o.working_processes),
+            working_jobs: window.last().and_then(|o| o.working_jobs),
+            working_others: window
+                .last()
+                .map(|o| o.working_others.clone())
+                .unwrap_or_default(),
+            main_work_share: m(|o| o.main_work_share),
         }),
         busiest_thread: m(|o| o.busiest_thread),
         workers: counts(|o| o.workers),
@@ -90,10 +97,14 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         host_cpu: m(|o| o.host_cpu),
         other_cpu: m(|o| o.other_cpu),
         own_cpu: m(|o| o.own_cpu),
+        job_cpus: m(|o| o.job_cpus),
+        throttled_clock_ratio: m(|o| o.throttled_clock_ratio),
         cpu_wait: m(|o| o.cpu_wait),
         stacks: window.last().and_then(|o| o.stacks.clone()),
         culprits: window.iter().rev().find_map(|o| o.culprits.clone()),
         workers_cpu: m(|o| o.workers_cpu),
+        workers_system_cpu: m(|o| o.workers_system_cpu),
+        workers_voluntary_switches: m(|o| o.workers_voluntary_switches),
         steal: m(|o| o.steal),
         job_gap: None,
     }
@@ -477,20 +488,49 @@ pub fn contention(w: &WindowFigures, t: &Thresholds) -> KindScore {
     // Other jobs on the same GPU compete whether or not it waits. Processes of one job (one
     // pod, container, Slurm job or process tree) are one user of the GPU, not contention.
     let sharing = w.sharing.as_ref().map(|sharing| {
-        let (score, name) = match sharing.independent_jobs {
-            // Every process's owner is known: another job on the GPU is a fact.
-            Some(jobs) if jobs >= 2 => (CERTAIN + 0.05 * f64::from(jobs - 2), "other_jobs_on_gpu"),
-            Some(_) => (0.0, "other_jobs_on_gpu"),
-            // Owners unknown: several processes are only a hint, scored at the threshold.
-            None if sharing.processes >= 2.0 => {
-                ((0.25 * sharing.processes).min(1.0), "processes_on_gpu")
+        let (score, name, value, detail) = match sharing.working {
+            // Per-process work is known: two or more processes each doing a real share of
+            // the GPU's work time-share it, whatever their parentage (one job's own processes
+            // too: one rank per GPU is the advice then). A helper holding a context is not a
+            // sharer.
+            Some(working) => {
+                let name = if sharing.working_jobs == Some(1) {
+                    "own_processes_share_gpu"
+                } else {
+                    "other_jobs_on_gpu"
+                };
+                // Certain that it is shared; as decisive as the GPU time the others take
+                // (0.5 at `lost_share_high`, 1.0 at twice that).
+                let taken = w.busy.unwrap_or(0.0) * (1.0 - sharing.main_work_share.unwrap_or(1.0));
+                let score = if working >= 2 {
+                    high(taken, t.lost_share_high)
+                } else {
+                    0.0
+                };
+                let value = f64::from(working.saturating_sub(1));
+                (score, name, value, sharing.working_others.join("; "))
             }
-            None => (0.0, "processes_on_gpu"),
+            None => {
+                let (score, name) = match sharing.independent_jobs {
+                    // Every process's owner is known: another job on the GPU is a fact.
+                    Some(jobs) if jobs >= 2 => {
+                        (CERTAIN + 0.05 * f64::from(jobs - 2), "other_jobs_on_gpu")
+                    }
+                    Some(_) => (0.0, "other_jobs_on_gpu"),
+                    // Owners unknown: several processes are only a hint, scored at the
+                    // threshold.
+                    None if sharing.processes >= 2.0 => {
+                        ((0.25 * sharing.processes).min(1.0), "processes_on_gpu")
+                    }
+                    None => (0.0, "processes_on_gpu"),
+                };
+                let value = sharing
+                    .independent_jobs
+                    .map_or(sharing.processes, |jobs| f64::from(jobs.saturating_sub(1)));
+                (score, name, value, sharing.others.join("; "))
+            }
         };
-        let value = sharing
-            .independent_jobs
-            .map_or(sharing.processes, |jobs| f64::from(jobs.saturating_sub(1)));
-        rule.fact(name, value, score.min(1.0), sharing.others.join("; "));
+        rule.fact(name, value, score.min(1.0), detail);
         score.min(1.0)
     });
     let host_side = [

@@ -3,7 +3,7 @@
 
 use super::gpu::pod_labels;
 use super::*;
-use crate::analysis::GpuVerdict;
+use crate::analysis::{Cause, GpuVerdict};
 use crate::snapshot::GpuSnapshot;
 
 pub(super) fn verdict_families(
@@ -15,6 +15,7 @@ pub(super) fn verdict_families(
     let mut score = Family::new(&VERDICT_SCORE);
     let mut unknown = Family::new(&VERDICT_UNKNOWN);
     let mut primary = Family::new(&PRIMARY);
+    let mut lost_time = Family::new(&LOST_TIME);
     for verdict in verdicts {
         let index = verdict.index.to_string();
         let device = gpus.and_then(|g| g.devices.iter().find(|d| d.uuid == verdict.uuid));
@@ -29,7 +30,33 @@ pub(super) fn verdict_families(
                 None => unknown.add(&labels, 1.0),
             }
         }
-        primary.add(&with(verdict.primary.name()), 1.0);
+        let basis = verdict.basis().name();
+        primary.add(
+            &[
+                base[0],
+                base[1],
+                base[2],
+                base[3],
+                base[4],
+                verdict.primary.name(),
+                basis,
+            ],
+            1.0,
+        );
+        if let Some(lost) = &verdict.lost {
+            for (cause, share) in Cause::ALL.iter().zip(lost.shares) {
+                let labels = [
+                    base[0],
+                    base[1],
+                    base[2],
+                    base[3],
+                    base[4],
+                    cause.name(),
+                    lost.basis.name(),
+                ];
+                lost_time.add(&labels, share);
+            }
+        }
     }
-    out.extend([active, score, unknown, primary]);
+    out.extend([active, score, unknown, primary, lost_time]);
 }

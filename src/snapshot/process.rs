@@ -68,6 +68,13 @@ pub struct WorkerSummary {
     pub count: u32,
     /// CPU they used over the last interval, in cores, summed.
     pub cpu_cores: Option<f64>,
+    /// The part of it spent in the kernel (system calls: reads and receives, page faults):
+    /// the I/O side of their work rather than decoding.
+    pub system_cpu_cores: Option<f64>,
+    /// Share of their context switches over the last interval that were voluntary (blocking
+    /// for I/O or a queue) rather than preemptions while computing: how their waits for a CPU
+    /// split between the two.
+    pub voluntary_switch_share: Option<f64>,
     /// CPU share of one core of the busiest worker over the last interval.
     pub max_cpu_ratio: Option<f64>,
     /// Workers running or runnable (R).
@@ -164,6 +171,11 @@ pub struct ProcessStacks {
     pub shares: [f64; 5],
     /// The innermost frames seen most, most first (at most five).
     pub top_frames: Vec<FrameShare>,
+    /// Samples of the last few seconds (5 s).
+    pub recent_samples: u32,
+    /// Their shares per activity, in [`Activity::ALL`] order: where the thread was lately, for
+    /// attributing each tick's time by what it saw.
+    pub recent_shares: [f64; 5],
 }
 
 impl ProcessStacks {

@@ -32,7 +32,8 @@ pub enum Role {
     MemoryPressure,
     /// The fast rank of a two-GPU job.
     JobFastRank,
-    /// The lagging rank of the same job: waits on communication.
+    /// The lagging rank of the same job: its own loop is slow (host-bound), which makes the
+    /// fast rank wait in the collective.
     JobSlowRank,
     /// Three processes share the GPU.
     Contention,
@@ -360,6 +361,15 @@ impl DemoSource {
             workers: WorkerSummary {
                 count: workers,
                 cpu_cores: Some(if workers > 0 { workers_cpu } else { 0.0 }),
+                // Storage-bound workers spend their CPU in reads; decoders in user space.
+                system_cpu_cores: Some(if workers > 0 && disk_wait > 0 {
+                    0.6 * workers_cpu
+                } else if workers > 0 {
+                    0.05 * workers_cpu
+                } else {
+                    0.0
+                }),
+                voluntary_switch_share: Some(if disk_wait > 0 { 0.9 } else { 0.3 }),
                 max_cpu_ratio: Some(if workers > 0 { worker_max } else { 0.0 }),
                 running: if workers > 0 {
                     8 - disk_wait.min(8) - 2
@@ -508,6 +518,8 @@ impl DemoSource {
             pid,
             samples: 30,
             shares,
+            recent_samples: 10,
+            recent_shares: shares,
             top_frames: vec![FrameShare {
                 function: function.into(),
                 location: location.into(),

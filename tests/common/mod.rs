@@ -4,6 +4,7 @@
 
 pub mod exposition;
 pub mod http;
+pub mod scenario;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -150,7 +151,7 @@ impl Exporter {
     /// Waits until `/metrics` satisfies `condition`, and returns that page.
     pub fn metrics_when(
         &self,
-        condition: impl Fn(&[exposition::Family]) -> bool,
+        mut condition: impl FnMut(&[exposition::Family]) -> bool,
     ) -> Vec<exposition::Family> {
         let mut page = Vec::new();
         self.wait_for(|| {

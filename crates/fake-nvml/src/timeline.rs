@@ -11,7 +11,7 @@
 //! | 16 | u64 records written so far (the ring's head) |
 //! | 24 | u64 end of the device's queue (CLOCK_MONOTONIC ns) |
 //! | 64 | process slots, 16 bytes each: u32 pid, u32 0, u64 device memory held |
-//! | 64 + 16 × slots | ring of records, 32 bytes each: u64 start ns, u64 end ns, u32 pid, u16 SM share, u16 occupancy, u16 tensor share, u16 DRAM share (each per mille), u32 0 |
+//! | 64 + 16 × slots | ring of records, 32 bytes each: u64 start ns, u64 end ns, u32 pid, u16 SM share, u16 occupancy, u16 tensor share, u16 DRAM share (each per mille), u32 flags (1: a collective's kernel, for the workload runner's ground truth; the driver ignores it) |
 //!
 //! Writers hold an exclusive `flock` while they change it; this reader holds a shared one.
 //! Kernels of every process run one after another on the device's single queue, so records are

@@ -62,6 +62,10 @@ pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 #[derive(Debug, Clone, Copy)]
 struct Ticks {
     cpu: u64,
+    /// The part of `cpu` spent in the kernel (system calls: reads, receives, page faults).
+    system: u64,
+    /// Voluntary and involuntary context switches of the main thread (read for workers only).
+    switches: Option<(u64, u64)>,
     blkio: u64,
     read_bytes: Option<u64>,
     /// Nanoseconds the task waited for a CPU (`None` where schedstat is absent).
@@ -163,6 +167,8 @@ impl ProcessSource {
             .and_then(|text| procfs::parse_schedstat_wait(&text).ok());
         Ticks {
             cpu: stat.utime + stat.stime,
+            system: stat.stime,
+            switches: None,
             blkio: stat.blkio_ticks,
             read_bytes,
             cpu_wait_ns,
@@ -262,6 +268,8 @@ impl ProcessSource {
             let main_key = (pid, main.starttime ^ (1 << 63));
             let ticks = Ticks {
                 cpu: main.utime + main.stime,
+                system: main.stime,
+                switches: None,
                 blkio: 0,
                 read_bytes: None,
                 cpu_wait_ns: None,
@@ -335,6 +343,8 @@ impl ProcessSource {
     ) -> WorkerSummary {
         let mut summary = WorkerSummary::default();
         let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
+        let mut system = 0.0;
+        let (mut voluntary, mut involuntary) = (0u64, 0u64);
         let mut waiting = Some(0.0);
         let mut all_have_rates = true;
         for &worker in descendants {
@@ -351,11 +361,22 @@ impl ProcessSource {
             }
             nodes.extend(self.numa_node_of(stat.processor));
             let key = (worker, stat.starttime);
-            let ticks = self.read_ticks(worker, &stat);
+            let mut ticks = self.read_ticks(worker, &stat);
+            // Why a worker gave up its CPU: waiting for I/O (voluntary) or preempted while
+            // computing (involuntary); its waits for a CPU follow the same split.
+            ticks.switches = std::fs::read_to_string(self.proc_path(worker, "status"))
+                .ok()
+                .and_then(|text| procfs::parse_status(&text).ok())
+                .map(|s| (s.voluntary_switches, s.involuntary_switches));
             match self.since(key, now) {
                 Some((seconds, before)) => {
                     let cores = ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds;
                     cpu += cores;
+                    system += ticks.system.saturating_sub(before.system) as f64 / USER_HZ / seconds;
+                    if let (Some((v, i)), Some((v0, i0))) = (ticks.switches, before.switches) {
+                        voluntary += v.saturating_sub(v0);
+                        involuntary += i.saturating_sub(i0);
+                    }
                     max_cpu = Some(max_cpu.map_or(cores, |m| m.max(cores)));
                     blkio += ticks.blkio.saturating_sub(before.blkio) as f64 / USER_HZ / seconds;
                     waiting = waiting
@@ -382,6 +403,9 @@ impl ProcessSource {
         // a sum over part of the workers would understate the load.
         if all_have_rates {
             summary.cpu_cores = Some(cpu);
+            summary.system_cpu_cores = Some(system.min(cpu));
+            summary.voluntary_switch_share = (voluntary + involuntary > 0)
+                .then(|| voluntary as f64 / (voluntary + involuntary) as f64);
             summary.max_cpu_ratio = Some(max_cpu.unwrap_or(0.0).min(1.0));
             summary.blkio_delay_ratio = delay_accounting.then_some(blkio);
             summary.cpu_wait_ratio = waiting;

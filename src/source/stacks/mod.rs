@@ -205,18 +205,38 @@ impl Sampler {
     }
 }
 
-/// Activity shares and the most seen innermost frames of a window of samples.
-fn summarise(pid: u32, samples: &VecDeque<Sample>) -> ProcessStacks {
-    let total: f64 = samples.iter().map(|s| s.weight).sum();
-    let total = if total > 0.0 { total } else { 1.0 };
+/// Samples taken this recently make the recent shares: what the last few ticks saw.
+const RECENT: Duration = Duration::from_secs(5);
+
+/// The activity shares of `samples` (time-weighted).
+fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> ([f64; 5], u32) {
     let mut shares = [0.0; 5];
-    let mut frames: HashMap<(&str, &str), (f64, Activity)> = HashMap::new();
+    let mut count = 0;
     for sample in samples {
         let slot = Activity::ALL
             .iter()
             .position(|a| *a == sample.activity)
             .unwrap_or(4);
-        shares[slot] += sample.weight / total;
+        shares[slot] += sample.weight;
+        count += 1;
+    }
+    let total: f64 = shares.iter().sum();
+    if total > 0.0 {
+        shares.iter_mut().for_each(|s| *s /= total);
+    }
+    (shares, count)
+}
+
+/// Activity shares and the most seen innermost frames of a window of samples, and the shares
+/// of the samples taken since `recent` (the last `RECENT`).
+fn summarise(pid: u32, samples: &VecDeque<Sample>, recent: Instant) -> ProcessStacks {
+    let total: f64 = samples.iter().map(|s| s.weight).sum();
+    let total = if total > 0.0 { total } else { 1.0 };
+    let (shares, _) = activity_shares(samples.iter());
+    let (recent_shares, recent_samples) =
+        activity_shares(samples.iter().filter(|s| s.at >= recent));
+    let mut frames: HashMap<(&str, &str), (f64, Activity)> = HashMap::new();
+    for sample in samples {
         if let Some((function, location)) = &sample.frame {
             let entry = frames
                 .entry((function.as_str(), location.as_str()))
@@ -244,6 +264,8 @@ fn summarise(pid: u32, samples: &VecDeque<Sample>) -> ProcessStacks {
         samples: samples.len() as u32,
         shares,
         top_frames: top,
+        recent_samples,
+        recent_shares,
     }
 }
 
@@ -335,11 +357,14 @@ impl Source for StacksSource {
             .values()
             .filter(|(_, denied)| *denied)
             .count();
+        let recent = Instant::now()
+            .checked_sub(RECENT)
+            .unwrap_or_else(Instant::now);
         let mut stacks: Vec<ProcessStacks> = sampler
             .watched
             .iter()
             .filter(|(_, w)| !w.samples.is_empty())
-            .map(|(pid, w)| summarise(*pid, &w.samples))
+            .map(|(pid, w)| summarise(*pid, &w.samples, recent))
             .collect();
         stacks.sort_by_key(|s| s.pid);
         snapshot.stacks = stacks;
@@ -349,7 +374,7 @@ impl Source for StacksSource {
         if refused > 0 && refused == sampler.pids.len() {
             return Err(SourceError::Unsupported(
                 "no ptrace access to the GPU processes: run as their user, or as root with \
-                 CAP_SYS_PTRACE (Helm value `ptrace: true`, or deploy/kubernetes/ptrace)"
+                 CAP_SYS_PTRACE (as shipped: Helm value `ptrace`, deploy/kubernetes)"
                     .into(),
             ));
         }
@@ -380,7 +405,7 @@ mod tests {
             });
         }
         samples.push_back(sample(3, Activity::Python, "train"));
-        let summary = summarise(42, &samples);
+        let summary = summarise(42, &samples, Instant::now());
         assert_eq!(summary.samples, 4);
         assert_eq!(summary.share(Activity::GpuSync), 0.75);
         assert_eq!(summary.share(Activity::Python), 0.25);
@@ -403,7 +428,7 @@ mod tests {
                 ..sample(at, Activity::GpuSync, "item")
             });
         }
-        let summary = summarise(7, &samples);
+        let summary = summarise(7, &samples, Instant::now());
         assert_eq!(summary.samples, 5);
         assert_eq!(summary.share(Activity::Python), 0.5);
         assert_eq!(summary.share(Activity::GpuSync), 0.5);

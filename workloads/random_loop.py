@@ -1,0 +1,121 @@
+"""A training loop drawn at random from a seed: loader kind and speed (local disk, remote store,
+CPU-heavy decode), step time, kernel size, sync cadence and wait mode, host work, and
+disturbances (CPU hogs, an I/O storm, a second job on the GPU). Nobody tuned the exporter to
+any of them: the runner compares its attribution with the ground truth the loop records
+(`python3 workloads/run.py --random N --seed S`).
+
+    python3 workloads/random_loop.py --describe 7     # the loop seed 7 draws, as JSON
+"""
+
+import json
+import multiprocessing
+import os
+import random
+import sys
+import time
+
+import common
+import contention_cpu_hogs
+import data_io_cron_storm
+import data_io_remote_store
+import emugpu
+
+GPUS = 1
+
+
+def draw(seed):
+    """The loop of `seed`: a dict of everything that shapes it."""
+    rng = random.Random(seed)
+    loader = rng.choice(["local", "remote", "decode", "light"])
+    loop = {
+        "seed": seed,
+        "loader": loader,
+        "workers": rng.choice([0, 1, 2, 4]) if loader == "light" else rng.choice([1, 2, 4]),
+        "batch": rng.choice([8, 16, 32]),
+        "step_seconds": round(rng.uniform(0.02, 0.12), 3),
+        "kernels": rng.choice([4, 8, 32]),
+        # Most steps fill the SMs; one in four is made of small kernels.
+        "sm": round(rng.uniform(0.75, 0.95) if rng.random() < 0.75 else rng.uniform(0.1, 0.4), 2),
+        "item_every": rng.choice([0, 1, 1, 5, 10]),
+        "sync": rng.choice(["spin", "blocking"]),
+        "host_seconds": rng.choice([0.0, 0.0, round(rng.uniform(0.005, 0.06), 3)]),
+        "latency": round(rng.uniform(0.005, 0.04), 3),
+        "blur": rng.choice([0.0, 1.5, 3.0]),
+        "disturbance": rng.choice(["none", "none", "none", "hogs", "storm", "second_job"]),
+    }
+    return loop
+
+
+def dataset(loop, data):
+    """The images the loop reads, as its loader kind needs them."""
+    if loop["loader"] == "local":
+        files = common.dataset(data, "io", 4000, 320, 240, quality=97)
+        return common.Images(files, out=64, direct=True, chunk=16 << 10)
+    if loop["loader"] == "remote":
+        files = common.dataset(data, "small", 2000, 96, 96)
+        port = data_io_remote_store.start_store(os.path.dirname(files[0]), loop["seconds"] + 30, loop["latency"])
+        return data_io_remote_store.RemoteImages(port, len(files))
+    if loop["loader"] == "decode":
+        files = common.dataset(data, "medium", 400, 512, 384)
+        return common.Images(files, blur=loop["blur"])
+    return common.Images(common.dataset(data, "small", 2000, 96, 96))
+
+
+def train(loop, args):
+    gpu = emugpu.open_gpu(args.gpu, args.real, sync=loop["sync"])
+    common.model(gpu, share=0.2)
+    loader = common.Loader(dataset(loop, args.data), batch_size=loop["batch"], workers=loop["workers"])
+    started = time.monotonic()
+
+    def on_step(_):
+        nonlocal started
+        if started and time.monotonic() - started > 5.0:
+            if loop["disturbance"] == "hogs":
+                contention_cpu_hogs.hogs(args.seconds)
+            elif loop["disturbance"] == "storm":
+                data_io_cron_storm.storm(args.data, args.seconds)
+            started = None
+
+    common.train(
+        gpu,
+        loader,
+        args.seconds,
+        step_seconds=loop["step_seconds"],
+        kernels=loop["kernels"],
+        sm=loop["sm"],
+        item_every=loop["item_every"],
+        host_seconds=loop["host_seconds"],
+        on_step=on_step,
+    )
+
+
+def second_job(args):
+    """Another job on the same GPU: a steady loop in a process of its own (in the workload's
+    process group, so that the runner stops it with the rest)."""
+    if os.fork():
+        return
+    files = common.dataset(args.data, "small", 2000, 96, 96)
+    gpu = emugpu.open_gpu(args.gpu, args.real)
+    gpu.alloc(1 << 30)
+    loader = common.Loader(common.Images(files), batch_size=16, workers=1)
+    common.train(gpu, loader, args.seconds, step_seconds=0.04, item_every=1, host_seconds=0.02)
+    os._exit(0)
+
+
+def main(argv=None):
+    if len(sys.argv) == 3 and sys.argv[1] == "--describe":
+        print(json.dumps(draw(int(sys.argv[2])), indent=1))
+        return
+    args = common.arguments(__doc__, argv, extra=[("--loop-seed", int)])
+    loop = draw(args.loop_seed)
+    loop["seconds"] = args.seconds
+    if loop["disturbance"] == "second_job":
+        second_job(args)
+    context = multiprocessing.get_context("fork")
+    job = context.Process(target=train, args=(loop, args))
+    job.start()
+    job.join()
+
+
+if __name__ == "__main__":
+    main()

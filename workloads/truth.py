@@ -1,0 +1,179 @@
+"""Ground truth by construction: where an emulated GPU's time went, from what the GPU did (its
+timeline file: every kernel with its process, SM share and whether it was a collective's) and
+what the workload's processes did (their truth files, common.Truth: the main thread's loader
+waits, syncs, Python and collectives; the workers' reads and decodes with their CPU time).
+
+The attribution follows the causes, not the exporter's arithmetic:
+
+- Busy time: other processes' kernels → contention; the main process's collective kernels →
+  communication; its other kernels' empty SMs (1 − SM share) → kernel_efficiency.
+- Idle time, by what the main thread was doing at that moment: waiting for its loader → the
+  loader's causes in proportion to the workers' time over the window (reading → data_io;
+  decoding, on a CPU or waiting for one → data_cpu, except the share of it the workload's CPU
+  hogs take, hogs / (hogs + workers), all of them always runnable → contention); without
+  workers the loop loads its own samples, which is Python; synchronizing → sync_stall; in a
+  collective → communication; Python → sync_stall if the GPU ran dry while the thread was
+  synchronizing (the sync drained the queue), else host_bound (its time waiting for a CPU →
+  contention where hogs run); anything else → unexplained. `hogs` is how many CPU hogs the
+  workload runs.
+
+Standard library only; time in 1 ms bins.
+"""
+
+import glob
+import os
+import struct
+
+import common
+import emugpu
+
+CAUSES = [
+    "data_io",
+    "data_cpu",
+    "host_bound",
+    "sync_stall",
+    "communication",
+    "contention",
+    "kernel_efficiency",
+    "throttling",
+    "unexplained",
+]
+BIN_NS = 1_000_000
+
+
+def kernels(path):
+    """Every kernel the timeline file still holds: (start, end, pid, sm share, flags)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    _, capacity, slots, head, _ = emugpu.HEADER.unpack_from(data, 0)
+    ring = emugpu.HEADER_BYTES + slots * emugpu.SLOT.size
+    found = []
+    for n in range(max(0, head - capacity), head):
+        start, end, pid, sm, _, _, _, flags = emugpu.RECORD.unpack_from(data, ring + (n % capacity) * emugpu.RECORD.size)
+        found.append((start, end, pid, sm / 1000.0, flags))
+    return found
+
+
+def main_pid(path):
+    """The process holding the most device memory (the exporter's main process)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    _, _, slots, _, _ = emugpu.HEADER.unpack_from(data, 0)
+    held = [emugpu.SLOT.unpack_from(data, emugpu.HEADER_BYTES + i * emugpu.SLOT.size) for i in range(slots)]
+    live = [(memory, pid) for pid, _, memory in held if pid and os.path.exists(f"/proc/{pid}")]
+    return max(live)[1] if live else None
+
+
+def records(directory):
+    """Truth records per process: pid -> (parent pid, [(start, end, what, cpu ns)])."""
+    found = {}
+    for path in glob.glob(os.path.join(directory, "truth-*-*.bin")):
+        pid, ppid = (int(x) for x in os.path.basename(path)[6:-4].split("-"))
+        with open(path, "rb") as f:
+            data = f.read()
+        usable = len(data) - len(data) % common.TRUTH_RECORD.size
+        found[pid] = (ppid, list(common.TRUTH_RECORD.iter_unpack(data[:usable])))
+    return found
+
+
+def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
+    """Shares of the window [start_ns, end_ns) per cause, and the busy fraction."""
+    bins = max(1, (end_ns - start_ns) // BIN_NS)
+    main = main or main_pid(timeline)
+    shares = dict.fromkeys(CAUSES, 0.0)
+    busy = bytearray(bins)
+    for start, end, pid, sm, flags in kernels(timeline):
+        first, last = max(0, (start - start_ns) // BIN_NS), min(bins, (end - start_ns) // BIN_NS)
+        if last <= first:
+            continue
+        for b in range(first, last):
+            busy[b] = 1
+        share = (last - first) / bins
+        if pid != main:
+            shares["contention"] += share
+        elif flags & emugpu.COLLECTIVE_KERNEL:
+            shares["communication"] += share
+        else:
+            shares["kernel_efficiency"] += share * (1.0 - sm)
+    processes = records(directory)
+    phase = bytearray(bins)
+    python_wait = {}  # bin -> share of a Python interval spent waiting for a CPU
+    for start, end, what, cpu in processes.get(main, (0, []))[1]:
+        first, last = max(0, (start - start_ns) // BIN_NS), min(bins, (end - start_ns) // BIN_NS)
+        waiting = 1.0 - min(1.0, cpu / max(1, end - start))
+        for b in range(first, last):
+            phase[b] = what
+            if what == common.PYTHON:
+                python_wait[b] = waiting
+    loader = loader_causes(processes, main, start_ns, end_ns, hogs)
+    drained_by_sync = False
+    for b in range(bins):
+        if busy[b]:
+            drained_by_sync = phase[b] == common.SYNC
+            continue
+        what, unit = phase[b], 1.0 / bins
+        if what == common.LOADER and loader is None and drained_by_sync:
+            shares["sync_stall"] += unit
+        elif what == common.LOADER and loader is None:
+            shares["host_bound"] += unit
+        elif what == common.LOADER:
+            for cause, weight in loader.items():
+                shares[cause] += unit * weight
+        elif what == common.SYNC:
+            shares["sync_stall"] += unit
+        elif what == common.COLLECTIVE:
+            shares["communication"] += unit
+        elif what == common.PYTHON and drained_by_sync:
+            shares["sync_stall"] += unit
+        elif what == common.PYTHON:
+            waiting = python_wait.get(b, 0.0) if hogs else 0.0
+            shares["contention"] += unit * waiting
+            shares["host_bound"] += unit * (1.0 - waiting)
+        else:
+            shares["unexplained"] += unit
+    return shares, sum(busy) / bins
+
+
+def loader_causes(processes, main, start_ns, end_ns, hogs):
+    """How the workers' (the main process's children's) time in the window went, as weights
+    per cause summing to 1; `None` without workers (the loop loads its own samples)."""
+    workers = [entries for pid, (ppid, entries) in processes.items() if ppid == main]
+    if not workers:
+        return None
+    read = compute = wait = 0.0
+    for entries in workers:
+        for start, end, what, cpu in entries:
+            overlap = min(end, end_ns) - max(start, start_ns)
+            if overlap <= 0:
+                continue
+            part = overlap / max(1, end - start)
+            if what == common.READ:
+                read += overlap
+            elif what == common.DECODE:
+                compute += cpu * part
+                wait += max(0.0, overlap - cpu * part)
+    total = read + compute + wait
+    if total <= 0:
+        return {"data_io": 1.0}
+    # CPU hogs (always runnable) and the workers share the CPUs: the hogs' share of the
+    # runnable processes is their share of the loader's CPU side, decoding and waiting alike.
+    taken = hogs / (hogs + len(workers)) if hogs else 0.0
+    return {
+        "data_io": read / total,
+        "data_cpu": (compute + wait) * (1.0 - taken) / total,
+        "contention": (compute + wait) * taken / total,
+    }
+
+
+def primary(shares, busy, floor=0.1):
+    """The cause that cost the most, where it cost at least `floor` of the time; `idle` for a
+    GPU that ran nothing, `busy` otherwise. Kernel efficiency is a cause only as the kind is
+    defined (a GPU that looks busy, at least 80 %, with its SMs empty at least half that time:
+    DCGM's line); below that, empty SMs are how kernels run, not a bottleneck."""
+    if busy < 0.02:
+        return "idle"
+    candidates = {c: v for c, v in shares.items() if c != "unexplained"}
+    if busy < 0.8 or candidates["kernel_efficiency"] < 0.5 * busy:
+        del candidates["kernel_efficiency"]
+    cause, share = max(candidates.items(), key=lambda x: x[1])
+    return cause if share >= floor else "busy"

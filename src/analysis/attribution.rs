@@ -95,6 +95,11 @@ pub fn average(ticks: &[&LostTime], window: LostTime) -> LostTime {
     }
 }
 
+/// Whether the main thread's stacks hold enough samples to decide the split.
+pub fn observes(w: &WindowFigures, t: &Thresholds) -> bool {
+    observed_stacks(w, t).is_some()
+}
+
 /// The main thread's stacks where they hold enough samples to decide.
 fn observed_stacks<'a>(w: &'a WindowFigures, t: &Thresholds) -> Option<&'a ProcessStacks> {
     w.stacks

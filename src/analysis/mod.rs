@@ -159,7 +159,13 @@ impl Analyzer {
         while splits.front().is_some_and(|(when, _)| *when <= horizon) {
             splits.pop_front();
         }
-        if let Some(split) = attribution::lost_time(&tick, &score_all(&tick, t), t) {
+        // The counter rules' scores matter only where the stacks cannot decide the split.
+        let scores = if attribution::observes(&tick, t) {
+            Vec::new()
+        } else {
+            score_all(&tick, t)
+        };
+        if let Some(split) = attribution::lost_time(&tick, &scores, t) {
             splits.push_back((at, split));
         }
         let described = attribution::lost_time(window, inferred, t)?;

@@ -306,6 +306,16 @@ pub struct Sources {
     pub pressure: Toggle,
     /// Available memory and swap activity (/proc/meminfo, /proc/vmstat).
     pub memory: Toggle,
+    /// NICs, InfiniBand / RoCE ports, network filesystems and the traffic of each GPU
+    /// process's network namespace (/proc/net/dev, /sys/class/net, /sys/class/infiniband,
+    /// mountstats).
+    pub network: NetworkSource,
+    /// InfiniBand and RoCE ports: data rates, congestion waits, link rate and errors
+    /// (/sys/class/infiniband).
+    pub infiniband: Toggle,
+    /// Mounts of network and FUSE filesystems, with NFS operation rates and round trips
+    /// (/proc/1/mountstats).
+    pub network_filesystems: NetworkFilesystemsSource,
     /// GPUs through NVML.
     pub gpu: GpuSource,
     /// Host context of each GPU process: its workers, cgroup, NUMA placement.
@@ -494,6 +504,53 @@ impl Default for DiskSource {
             include: Pattern::parse("").expect("empty regex is valid"),
             exclude: Pattern::parse(DEFAULT_DISK_EXCLUDE).expect("default regex is valid"),
             include_partitions: false,
+        }
+    }
+}
+
+/// Settings of the network source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// Only interfaces whose name matches this regex are reported (empty: every interface).
+    pub include: Pattern,
+    /// Interfaces whose name matches this regex are never reported.
+    pub exclude: Pattern,
+    /// Report virtual interfaces too (loopback, veth, bridges, docker, CNI, bonds: those
+    /// without a device behind them in sysfs). They carry the physical links' traffic a second
+    /// time, so they are off by default.
+    pub include_virtual: bool,
+}
+
+impl Default for NetworkSource {
+    fn default() -> Self {
+        NetworkSource {
+            enabled: true,
+            include: Pattern::parse("").expect("empty regex is valid"),
+            exclude: Pattern::parse("").expect("empty regex is valid"),
+            include_virtual: false,
+        }
+    }
+}
+
+/// Settings of the network_filesystems source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkFilesystemsSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// At most this many mounts are reported: the NFS mounts that read the most first, then
+    /// the others by mount point (a node with a mount per pod stays bounded).
+    pub max_mounts: usize,
+}
+
+impl Default for NetworkFilesystemsSource {
+    fn default() -> Self {
+        NetworkFilesystemsSource {
+            enabled: true,
+            max_mounts: 16,
         }
     }
 }

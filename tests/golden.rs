@@ -2,7 +2,9 @@
 //! and the metrics reference kept in step with what is really exported.
 //!
 //! Each scenario under tests/fixtures has a t0 and a t1 procfs tree one second apart; the
-//! sampler reads t0, then t1 (through a `proc` symlink that is swapped between ticks).
+//! sampler reads t0, then t1 (through a `proc` symlink that is swapped between ticks). A
+//! scenario whose sysfs counters move too (InfiniBand) has a sysfs tree per tick, swapped the
+//! same way; the others share one `sys`.
 //! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites tests/golden/ after a deliberate change.
 
 mod common;
@@ -14,22 +16,32 @@ use common::exposition::{self as strict, value, Family};
 use gpu_bottleneck_exporter::config::Config;
 use gpu_bottleneck_exporter::sampler::Sampler;
 
-const SCENARIOS: [&str; 3] = ["busy-node", "old-kernel", "broken-files"];
+const SCENARIOS: [&str; 4] = ["busy-node", "old-kernel", "broken-files", "network-node"];
 
 /// Both formats of the second tick of a scenario, with run-dependent values pinned.
 fn scenario_output(name: &str) -> (String, String) {
     let fixtures = common::repo_root().join("tests/fixtures").join(name);
     let work = common::TempDir::new(name);
     let link = work.path().join("proc");
+    let sys_per_tick = fixtures.join("t0/sys").exists();
+    let sys_link = work.path().join("sys");
     let mut config = Config::default();
     config.sources.gpu.enabled = false; // tests/gpu_golden.rs covers the GPU source
     config.paths.procfs = link.clone();
-    config.paths.sysfs = fixtures.join("sys");
+    config.paths.sysfs = if sys_per_tick {
+        sys_link.clone()
+    } else {
+        fixtures.join("sys")
+    };
     let mut sampler = Sampler::from_config(&config);
     let mut snapshot = None;
     for (tick, tree) in ["t0", "t1"].iter().enumerate() {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(fixtures.join(tree).join("proc"), &link).unwrap();
+        if sys_per_tick {
+            let _ = std::fs::remove_file(&sys_link);
+            std::os::unix::fs::symlink(fixtures.join(tree).join("sys"), &sys_link).unwrap();
+        }
         snapshot = Some(sampler.tick(Duration::from_secs(tick as u64)));
     }
     common::render_pinned(&snapshot.unwrap())
@@ -97,6 +109,136 @@ fn busy_node_figures_match_hand_computation() {
         value(&f, "gpu_host_swap_out_bytes_per_second", &[]),
         250.0 * 4096.0,
     );
+}
+
+#[test]
+fn network_node_figures_match_hand_computation() {
+    let f = parsed("network-node");
+    let nic = |metric: &str, labels: &[(&str, &str)]| value(&f, metric, labels);
+    let eth0 = |direction| [("interface", "eth0"), ("direction", direction)];
+    // eth0: 2.5 GB received and 100 MB sent in 1 s on a 25 Gb/s (3.125 GB/s) link.
+    common::assert_close(
+        nic("gpu_host_network_bytes_per_second", &eth0("receive")),
+        2.5e9,
+    );
+    common::assert_close(
+        nic("gpu_host_network_bytes_per_second", &eth0("transmit")),
+        1e8,
+    );
+    common::assert_close(
+        nic("gpu_host_network_utilization_ratio", &eth0("receive")),
+        0.8,
+    );
+    common::assert_close(
+        nic("gpu_host_network_utilization_ratio", &eth0("transmit")),
+        0.032,
+    );
+    common::assert_close(
+        nic(
+            "gpu_host_network_link_speed_bytes_per_second",
+            &[("interface", "eth0")],
+        ),
+        3.125e9,
+    );
+    common::assert_close(nic("gpu_host_network_errors_total", &eth0("receive")), 3.0);
+    common::assert_close(nic("gpu_host_network_up", &[("interface", "eth0")]), 1.0);
+    // eth1: re-created (counters went back), no speed (-1), down: counters and state only.
+    let eth1 = [("interface", "eth1")];
+    assert_eq!(
+        nic(
+            "gpu_host_network_bytes_per_second",
+            &[eth1[0], ("direction", "receive")]
+        ),
+        None
+    );
+    assert_eq!(
+        nic("gpu_host_network_link_speed_bytes_per_second", &eth1),
+        None
+    );
+    common::assert_close(nic("gpu_host_network_up", &eth1), 0.0);
+    // The node's namespace (pid 1), not the exporter's own; virtual interfaces left out.
+    for absent in ["lo", "veth1234", "docker0"] {
+        assert_eq!(
+            nic("gpu_host_network_up", &[("interface", absent)]),
+            None,
+            "{absent}"
+        );
+    }
+    common::assert_close(nic("gpu_host_network_bytes_total", &eth0("receive")), 3.5e9);
+    // mlx5_0 port 1, 200 Gb/s (25 GB/s): 5e9 words sent (20 GB), 1.25e9 received (5 GB) in 1 s.
+    let port = |direction| {
+        [
+            ("device", "mlx5_0"),
+            ("port", "1"),
+            ("direction", direction),
+        ]
+    };
+    common::assert_close(
+        nic("gpu_host_infiniband_bytes_per_second", &port("transmit")),
+        2e10,
+    );
+    common::assert_close(
+        nic("gpu_host_infiniband_utilization_ratio", &port("transmit")),
+        0.8,
+    );
+    common::assert_close(
+        nic("gpu_host_infiniband_utilization_ratio", &port("receive")),
+        0.2,
+    );
+    common::assert_close(
+        nic("gpu_host_infiniband_bytes_total", &port("transmit")),
+        2.4e10,
+    );
+    let key = [("device", "mlx5_0"), ("port", "1")];
+    common::assert_close(
+        nic("gpu_host_infiniband_transmit_wait_ticks_per_second", &key),
+        150000.0,
+    );
+    common::assert_close(nic("gpu_host_infiniband_port_active", &key), 1.0);
+    common::assert_close(nic("gpu_host_infiniband_symbol_errors_total", &key), 3.0);
+    common::assert_close(
+        nic(
+            "gpu_host_infiniband_rate_bytes_per_second",
+            &[key[0], key[1], ("link_layer", "InfiniBand")],
+        ),
+        2.5e10,
+    );
+    // mlx5_1: a RoCE port that is down, data counters in counters_ext, no transmit wait.
+    let roce = [("device", "mlx5_1"), ("port", "1")];
+    common::assert_close(nic("gpu_host_infiniband_port_active", &roce), 0.0);
+    common::assert_close(
+        nic(
+            "gpu_host_infiniband_bytes_total",
+            &[roce[0], roce[1], ("direction", "receive")],
+        ),
+        40.0,
+    );
+    assert_eq!(
+        nic("gpu_host_infiniband_transmit_wait_ticks_total", &roce),
+        None
+    );
+    // NFS: 400 READs in 1 s taking 10 s of round trips (25 ms each), 50 MiB read; the CSI
+    // bind mount of the same export repeats its statistics and is not counted twice.
+    let read = [("mountpoint", "/mnt/datasets"), ("operation", "READ")];
+    common::assert_close(nic("gpu_host_nfs_operations_per_second", &read), 400.0);
+    common::assert_close(nic("gpu_host_nfs_rtt_seconds", &read), 0.025);
+    common::assert_close(nic("gpu_host_nfs_execute_seconds", &read), 0.027);
+    common::assert_close(
+        nic(
+            "gpu_host_nfs_read_bytes_per_second",
+            &[("mountpoint", "/mnt/datasets")],
+        ),
+        52_428_800.0,
+    );
+    let getattr = [("mountpoint", "/mnt/datasets"), ("operation", "GETATTR")];
+    common::assert_close(nic("gpu_host_nfs_rtt_seconds", &getattr), 0.002);
+    let mounts: Vec<&str> = f
+        .iter()
+        .filter(|family| family.name.starts_with("gpu_host_network_filesystem"))
+        .flat_map(|family| &family.samples)
+        .map(|s| s.labels["mountpoint"].as_str())
+        .collect();
+    assert_eq!(mounts, ["/lustre", "/mnt/bucket", "/mnt/datasets"]);
 }
 
 #[test]

@@ -20,6 +20,9 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
     config.sources.disk.enabled = false;
     config.sources.pressure.enabled = false;
     config.sources.memory.enabled = false;
+    config.sources.network.enabled = false; // tests/golden.rs and tests/network.rs cover these
+    config.sources.infiniband.enabled = false;
+    config.sources.network_filesystems.enabled = false;
     config.sources.process.enabled = false; // tests/process.rs covers it
     config.sources.kubernetes.enabled = false; // tests/kubernetes.rs covers it
                                                // The culprits read the live /proc (what is readable depends on the host); tests/culprits.rs

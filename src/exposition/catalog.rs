@@ -144,6 +144,31 @@ metric!(MIG_MEM_TOTAL, "gpu_mig_memory_total_bytes", Gauge, BYTES, ["gpu", "uuid
 metric!(MIG_MEM_USED, "gpu_mig_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device in use.");
 metric!(MIG_SM_ACTIVITY, "gpu_mig_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: SM activity of the MIG device's GPU instance over the last interval (Hopper and newer; NVML offers no other per-MIG utilization).");
 
+// Network: NICs, InfiniBand / RoCE ports, network filesystems.
+metric!(NET_BYTES, "gpu_host_network_bytes", Counter, BYTES, ["interface", "direction"], "Bytes received or transmitted by a physical interface (/proc/net/dev of the node's namespace).");
+metric!(NET_BPS, "gpu_host_network_bytes_per_second", Gauge, None, ["interface", "direction"], "Bytes per second received or transmitted by the interface over the last interval.");
+metric!(NET_UTIL, "gpu_host_network_utilization_ratio", Gauge, RATIO, ["interface", "direction"], "Share of the interface's link speed used over the last interval, per direction (full duplex).");
+metric!(NET_SPEED, "gpu_host_network_link_speed_bytes_per_second", Gauge, None, ["interface"], "Link speed of the interface (/sys/class/net/<if>/speed); absent where the driver reports none.");
+metric!(NET_UP, "gpu_host_network_up", Gauge, None, ["interface"], "1 when the interface's operational state is up.");
+metric!(NET_ERRORS, "gpu_host_network_errors", Counter, None, ["interface", "direction"], "Receive or transmit errors of the interface.");
+metric!(NET_DROPS, "gpu_host_network_drops", Counter, None, ["interface", "direction"], "Packets dropped on receive or transmit by the interface.");
+metric!(IB_BYTES, "gpu_host_infiniband_bytes", Counter, BYTES, ["device", "port", "direction"], "Data bytes received or transmitted by an InfiniBand / RoCE port (port_rcv_data / port_xmit_data, which count 4-byte words, times 4).");
+metric!(IB_BPS, "gpu_host_infiniband_bytes_per_second", Gauge, None, ["device", "port", "direction"], "Data bytes per second received or transmitted by the port over the last interval.");
+metric!(IB_UTIL, "gpu_host_infiniband_utilization_ratio", Gauge, RATIO, ["device", "port", "direction"], "Share of the port's rate used over the last interval, per direction.");
+metric!(IB_RATE, "gpu_host_infiniband_rate_bytes_per_second", Gauge, None, ["device", "port", "link_layer"], "Signalling rate of the port (its rate file, e.g. 200 Gb/sec (4X HDR)); link_layer InfiniBand or Ethernet (RoCE).");
+metric!(IB_ACTIVE, "gpu_host_infiniband_port_active", Gauge, None, ["device", "port"], "1 when the port's state is ACTIVE.");
+metric!(IB_WAIT, "gpu_host_infiniband_transmit_wait_ticks", Counter, None, ["device", "port"], "Ticks during which the port had data to send but no flow-control credits (port_xmit_wait): congestion downstream. The tick length is the HCA's.");
+metric!(IB_WAIT_RATE, "gpu_host_infiniband_transmit_wait_ticks_per_second", Gauge, None, ["device", "port"], "Transmit-wait ticks per second over the last interval.");
+metric!(IB_SYMBOL_ERRORS, "gpu_host_infiniband_symbol_errors", Counter, None, ["device", "port"], "Minor link errors on the port (symbol_error).");
+metric!(IB_LINK_DOWNED, "gpu_host_infiniband_link_downed", Counter, None, ["device", "port"], "Times the port's link went down (link_downed).");
+metric!(NETFS_INFO, "gpu_host_network_filesystem", Info, None, ["mountpoint", "device", "fstype"], "A mount of a network or FUSE filesystem in the node's mount namespace (NFS, Lustre, GPFS, BeeGFS, CephFS, SMB, FUSE object-store clients, ...).");
+metric!(NFS_READ_BYTES, "gpu_host_nfs_read_bytes", Counter, BYTES, ["mountpoint"], "Bytes an NFS mount read from its server (mountstats serverreadbytes).");
+metric!(NFS_READ_BPS, "gpu_host_nfs_read_bytes_per_second", Gauge, None, ["mountpoint"], "Bytes per second the NFS mount read from its server over the last interval.");
+metric!(NFS_REQUESTS, "gpu_host_nfs_requests", Counter, None, ["mountpoint", "operation"], "NFS requests completed on the mount, for READ, GETATTR, LOOKUP and OPEN (NFSv4).");
+metric!(NFS_OPS, "gpu_host_nfs_operations_per_second", Gauge, None, ["mountpoint", "operation"], "NFS requests per second completed on the mount over the last interval.");
+metric!(NFS_RTT, "gpu_host_nfs_rtt_seconds", Gauge, SECONDS, ["mountpoint", "operation"], "Mean round trip (transmission to reply) of the mount's requests over the last interval; 0 when none.");
+metric!(NFS_EXECUTE, "gpu_host_nfs_execute_seconds", Gauge, SECONDS, ["mountpoint", "operation"], "Mean time from queueing to completion of the mount's requests over the last interval; 0 when none.");
+
 // GPU process context (host side of each GPU process and its workers).
 metric!(GPU_PROCESSES, "gpu_processes", Gauge, None, ["gpu", "uuid", "namespace", "pod", "container"], "Distinct processes with a context on the GPU (before the per-GPU series bound): more than one means they share it.");
 metric!(PROC_CPU_SECONDS, "gpu_process_cpu_seconds", Counter, SECONDS, ["gpu", "uuid", "pid", "command", "mode"], "CPU time of the GPU process (its own threads, not its children), user or system.");
@@ -163,6 +188,8 @@ metric!(WORKERS_CPU, "gpu_process_workers_cpu_cores", Gauge, None, ["gpu", "uuid
 metric!(WORKERS_MAX_CPU, "gpu_process_workers_max_cpu_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command"], "Share of one core used by the busiest worker over the last interval.");
 metric!(WORKERS_STATE, "gpu_process_workers_in_state", Gauge, None, ["gpu", "uuid", "pid", "command", "state"], "Workers running, in uninterruptible wait (disk_wait: usually I/O) or zombie; the rest of gpu_process_workers sleep.");
 metric!(PROC_CPU_WAIT, "gpu_process_cpu_wait_ratio", Gauge, None, ["gpu", "uuid", "pid", "command"], "Mean number of the GPU process's main thread and its workers' main threads waiting runnable for a CPU over the last interval (run-queue delay per second, /proc/<pid>/schedstat).");
+metric!(PROC_NET_BPS, "gpu_process_network_bytes_per_second", Gauge, None, ["gpu", "uuid", "pid", "command", "direction"], "Bytes per second received or transmitted over the last interval by the GPU process's network namespace, loopback left out: its pod's traffic (the node's, where gpu_process_host_network is 1).");
+metric!(PROC_HOST_NETWORK, "gpu_process_host_network", Gauge, None, ["gpu", "uuid", "pid", "command"], "1 when the GPU process shares the node's network namespace (host networking, bare metal).");
 metric!(PROC_ACTIVITY, "gpu_process_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "pid", "command", "activity"], "Share of the stack window's samples in which the GPU process's main thread was waiting for the data loader, synchronizing with the GPU, in a collective, running Python, or other (Python processes the exporter may read; needs ptrace access).");
 metric!(WORKERS_BLKIO, "gpu_process_workers_blkio_delay_ratio", Gauge, None, ["gpu", "uuid", "pid", "command"], "Block-I/O delay of the workers over the last interval, summed: the mean number of workers waiting for storage.");
 metric!(WORKERS_READ, "gpu_process_workers_read_bytes_per_second", Gauge, None, ["gpu", "uuid", "pid", "command"], "Bytes the workers read from storage per second over the last interval.");

@@ -8,6 +8,7 @@
 
 mod gpu;
 mod host;
+mod network;
 mod page;
 mod process;
 mod verdict;
@@ -212,11 +213,13 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
     host::disk_families(snapshot, &mut out);
     host::pressure_families(snapshot, &mut out);
     host::memory_families(snapshot, &mut out);
+    network::network_families(&snapshot.network, &mut out);
     if let Some(gpu) = &snapshot.gpu {
         gpu::gpu_families(gpu, &snapshot.node, &mut out);
         gpu::pod_families(gpu, &mut out);
         process::process_context_families(gpu, &snapshot.processes, &mut out);
         process::process_stack_families(gpu, &snapshot.stacks, &mut out);
+        network::process_network_families(gpu, &snapshot.network, &mut out);
     }
     verdict::verdict_families(&snapshot.verdicts, snapshot.gpu.as_ref(), &mut out);
     if let Some(ratio) = snapshot.other_cpu_ratio {

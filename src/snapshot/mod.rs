@@ -4,8 +4,10 @@
 //! Counters are kept as read; the `*Rates` structs hold what happened over the last interval
 //! and are `None` on the first sample, after a counter reset, or for a device that just appeared.
 
+mod network;
 mod process;
 
+pub use network::*;
 pub use process::*;
 
 /// Everything sampled on one tick.
@@ -21,6 +23,9 @@ pub struct Snapshot {
     pub memory: Option<MemorySnapshot>,
     /// NVML and the GPUs, when the GPU source is enabled.
     pub gpu: Option<GpuSnapshot>,
+    /// NICs, InfiniBand ports, network filesystems and the GPU processes' traffic (each part
+    /// empty while its source is off or down).
+    pub network: NetworkSnapshot,
     /// Host context of each GPU process (and its workers), by pid.
     pub processes: Vec<ProcessContext>,
     /// Host CPU busy outside the GPU process trees, as a share of all CPUs, over the last

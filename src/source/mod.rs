@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod host;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+pub mod network;
 pub mod process;
 pub mod stacks;
 
@@ -106,10 +107,26 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
     if sources.memory.enabled {
         enabled.push(Box::new(host::memory::MemorySource::new(roots.clone())));
     }
+    if sources.infiniband.enabled {
+        enabled.push(Box::new(network::InfinibandSource::new(&roots.sysfs)));
+    }
+    if sources.network_filesystems.enabled {
+        enabled.push(Box::new(network::NetworkFilesystemsSource::new(
+            roots.clone(),
+            sources.network_filesystems.clone(),
+        )));
+    }
     if sources.gpu.enabled {
         enabled.push(Box::new(gpu::GpuSource::new(
             sources.gpu.clone(),
             roots.procfs.clone(),
+        )));
+    }
+    // After gpu: it reads the network namespace of each GPU process the gpu source listed.
+    if sources.network.enabled {
+        enabled.push(Box::new(network::NetworkSource::new(
+            roots.clone(),
+            sources.network.clone(),
         )));
     }
     // After cpu and gpu: it reads the GPU process list and the node's CPU busy share from

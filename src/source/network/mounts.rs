@@ -1,0 +1,280 @@
+//! Network and FUSE filesystem mounts from `mountstats`, with the NFS statistics of
+//! node_exporter's mountstats collector: the `bytes:` line and the per-op lines
+//! (`READ: ops transmissions timeouts bytes_sent bytes_received queue_ms rtt_ms execute_ms`).
+
+use crate::snapshot::{NfsCounters, NfsOpCounters, NfsOpRates, NfsRates, NFS_OPERATIONS};
+
+/// Filesystem types whose data comes over the network. FUSE filesystems (`fuse.s3fs`,
+/// `fuse.gcsfuse`, `fuse.mountpoint-s3`, ...) are matched by their `fuse` prefix: most that
+/// hold training data are object-store or remote clients (`fuseblk`, a local disk, is not).
+const NETWORK_FILESYSTEMS: [&str; 16] = [
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "afs",
+    "wekafs",
+    "orangefs",
+    "pvfs2",
+    "juicefs",
+];
+
+/// Whether `fstype` is a network or FUSE filesystem.
+pub fn is_network_filesystem(fstype: &str) -> bool {
+    NETWORK_FILESYSTEMS.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.")
+}
+
+/// A mount as mountstats lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountEntry {
+    /// What is mounted.
+    pub device: String,
+    /// Where.
+    pub mount_point: String,
+    /// Filesystem type.
+    pub fstype: String,
+    /// NFS statistics, for an NFS mount with a statistics block.
+    pub nfs: Option<NfsCounters>,
+}
+
+/// Parses mountstats, keeping the network and FUSE filesystems. A malformed line is an
+/// error naming its line number.
+pub fn parse_mountstats(text: &str) -> Result<Vec<MountEntry>, String> {
+    let mut mounts: Vec<MountEntry> = Vec::new();
+    // Whether the current block belongs to a mount that is kept, and is in its per-op lines.
+    let (mut keep, mut per_op) = (false, false);
+    for (number, line) in text.lines().enumerate() {
+        let at = |e: String| format!("line {}: {e}", number + 1);
+        let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+        match fields.first() {
+            None => per_op = false,
+            Some(&"device") => {
+                let mount = parse_device(&fields).map_err(at)?;
+                keep = is_network_filesystem(&mount.fstype);
+                per_op = false;
+                if keep {
+                    mounts.push(mount);
+                }
+            }
+            Some(_) if !keep => {}
+            Some(&"bytes:") => {
+                let read_bytes = fields.get(5).ok_or_else(|| {
+                    at(format!(
+                        "expected 8 byte counters, found {}",
+                        fields.len() - 1
+                    ))
+                })?;
+                nfs_of(&mut mounts).read_bytes = number_of(read_bytes).map_err(at)?;
+            }
+            Some(&"per-op") => per_op = true,
+            Some(name) if per_op => {
+                let name = name.trim_end_matches(':');
+                if NFS_OPERATIONS.contains(&name) {
+                    let op = parse_operation(name, &fields[1..]).map_err(at)?;
+                    nfs_of(&mut mounts).operations.push(op);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for nfs in mounts.iter_mut().filter_map(|m| m.nfs.as_mut()) {
+        nfs.operations.sort_by_key(|op| {
+            NFS_OPERATIONS
+                .iter()
+                .position(|name| *name == op.name)
+                .unwrap_or(NFS_OPERATIONS.len())
+        });
+    }
+    Ok(mounts)
+}
+
+/// The NFS statistics of the mount being read (created on its first statistics line).
+fn nfs_of(mounts: &mut [MountEntry]) -> &mut NfsCounters {
+    let mount = mounts
+        .last_mut()
+        .expect("statistics follow a kept device line");
+    mount.nfs.get_or_insert_with(NfsCounters::default)
+}
+
+fn number_of(field: &str) -> Result<u64, String> {
+    field
+        .parse()
+        .map_err(|_| format!("not a number: {field:?}"))
+}
+
+/// `device <what> mounted on <where> with fstype <type> [statvers=1.1]`.
+fn parse_device(fields: &[&str]) -> Result<MountEntry, String> {
+    match fields {
+        ["device", device, "mounted", "on", mount_point, "with", "fstype", fstype, ..] => {
+            Ok(MountEntry {
+                device: device.to_string(),
+                // mountstats escapes blanks in paths as \040, like /proc/mounts.
+                mount_point: mount_point.replace("\\040", " "),
+                fstype: fstype.to_string(),
+                nfs: None,
+            })
+        }
+        _ => Err(format!(
+            "expected `device X mounted on Y with fstype T`, found {:?}",
+            fields.join(" ")
+        )),
+    }
+}
+
+/// The counters after an operation's name: at least eight (a ninth, errors, since 5.x).
+fn parse_operation(name: &str, fields: &[&str]) -> Result<NfsOpCounters, String> {
+    if fields.len() < 8 {
+        return Err(format!(
+            "expected 8 counters after {name}, found {}",
+            fields.len()
+        ));
+    }
+    let n: Vec<u64> = fields
+        .iter()
+        .map(|f| number_of(f))
+        .collect::<Result<_, _>>()?;
+    Ok(NfsOpCounters {
+        name: name.to_string(),
+        requests: n[0],
+        rtt_ms: n[6],
+        execute_ms: n[7],
+    })
+}
+
+/// An NFS mount's figures between two reads `seconds` apart; `None` when a counter went
+/// backwards (remounted).
+pub fn nfs_rates(before: &NfsCounters, now: &NfsCounters, seconds: f64) -> Option<NfsRates> {
+    let read = now.read_bytes.checked_sub(before.read_bytes)?;
+    let mut operations = Vec::new();
+    for op in &now.operations {
+        let Some(previous) = before.operations.iter().find(|p| p.name == op.name) else {
+            continue;
+        };
+        let requests = op.requests.checked_sub(previous.requests)? as f64;
+        let rtt = op.rtt_ms.checked_sub(previous.rtt_ms)? as f64 / 1000.0;
+        let execute = op.execute_ms.checked_sub(previous.execute_ms)? as f64 / 1000.0;
+        let mean = |total: f64| {
+            if requests > 0.0 {
+                total / requests
+            } else {
+                0.0
+            }
+        };
+        operations.push(NfsOpRates {
+            name: op.name.clone(),
+            per_second: requests / seconds,
+            rtt_seconds: mean(rtt),
+            execute_seconds: mean(execute),
+        });
+    }
+    Some(NfsRates {
+        read_bytes_per_second: read as f64 / seconds,
+        operations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTSTATS: &str = "device rootfs mounted on / with fstype rootfs
+device proc mounted on /proc with fstype proc
+device 10.0.0.5:/datasets mounted on /mnt/data\\040sets with fstype nfs4 statvers=1.1
+\topts:\trw,vers=4.2,rsize=1048576,wsize=1048576,hard,proto=tcp
+\tage:\t4242
+\tevents:\t0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+\tbytes:\t1000 0 0 0 5000000 0 0 0
+\tRPC iostats version: 1.1  p/v: 100003/4 (nfs)
+\txprt:\ttcp 0 1 2 0 11 37 37 0 13 0 2 0 0
+\tper-op statistics
+\t        NULL: 0 0 0 0 0 0 0 0
+\t        READ: 100 100 0 14000 5012800 20 2500 2600 0
+\t     GETATTR: 40 40 0 6000 9000 1 80 85 0
+\t      LOOKUP: 10 10 0 1500 2600 0 30 31 2
+\t       WRITE: 0 0 0 0 0 0 0 0 0
+
+device s3fs mounted on /mnt/bucket with fstype fuse.s3fs
+device /dev/sdb1 mounted on /mnt/usb with fstype fuseblk
+";
+
+    #[test]
+    fn keeps_network_and_fuse_mounts_with_their_nfs_figures() {
+        let mounts = parse_mountstats(MOUNTSTATS).unwrap();
+        assert_eq!(mounts.len(), 2);
+        let nfs = &mounts[0];
+        assert_eq!(nfs.device, "10.0.0.5:/datasets");
+        assert_eq!(nfs.mount_point, "/mnt/data sets");
+        assert_eq!(nfs.fstype, "nfs4");
+        let stats = nfs.nfs.as_ref().unwrap();
+        assert_eq!(stats.read_bytes, 5_000_000);
+        let names: Vec<&str> = stats.operations.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["READ", "GETATTR", "LOOKUP"]);
+        assert_eq!(stats.operations[0].requests, 100);
+        assert_eq!(stats.operations[0].rtt_ms, 2500);
+        assert_eq!(stats.operations[0].execute_ms, 2600);
+        assert_eq!(mounts[1].fstype, "fuse.s3fs");
+        assert_eq!(mounts[1].nfs, None);
+    }
+
+    #[test]
+    fn malformed_lines_name_their_line() {
+        let error = parse_mountstats("device nfs mounted at /x with fstype nfs").unwrap_err();
+        assert!(error.starts_with("line 1:"), "{error}");
+        let bad_op = "device a:/b mounted on /b with fstype nfs statvers=1.1\n\tper-op statistics\n\tREAD: 1 2 x 4 5 6 7 8\n";
+        assert!(parse_mountstats(bad_op).unwrap_err().starts_with("line 3:"));
+        let short = "device a:/b mounted on /b with fstype nfs statvers=1.1\n\tbytes:\t1 2\n";
+        assert!(parse_mountstats(short).unwrap_err().starts_with("line 2:"));
+        // Statistics of a mount that is not kept are not looked at.
+        assert_eq!(
+            parse_mountstats("device sda mounted on / with fstype ext4\n\tbytes: x\n").unwrap(),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn rates_are_per_second_and_per_request() {
+        let before = parse_mountstats(MOUNTSTATS).unwrap()[0]
+            .nfs
+            .clone()
+            .unwrap();
+        let mut now = before.clone();
+        now.read_bytes += 2_000_000;
+        now.operations[0].requests += 50;
+        now.operations[0].rtt_ms += 1250;
+        now.operations[0].execute_ms += 1500;
+        let rates = nfs_rates(&before, &now, 2.0).unwrap();
+        assert_eq!(rates.read_bytes_per_second, 1_000_000.0);
+        let read = rates.operation("READ").unwrap();
+        assert_eq!(read.per_second, 25.0);
+        assert_eq!(read.rtt_seconds, 0.025);
+        assert_eq!(read.execute_seconds, 0.03);
+        assert_eq!(rates.operation("GETATTR").unwrap().rtt_seconds, 0.0);
+        // Remounted: counters went back.
+        assert_eq!(nfs_rates(&now, &before, 1.0), None);
+    }
+
+    #[test]
+    fn network_filesystem_types() {
+        for fstype in [
+            "nfs",
+            "nfs4",
+            "lustre",
+            "fuse.gcsfuse",
+            "fuse",
+            "ceph",
+            "cifs",
+        ] {
+            assert!(is_network_filesystem(fstype), "{fstype}");
+        }
+        for fstype in ["ext4", "xfs", "fuseblk", "overlay", "tmpfs"] {
+            assert!(!is_network_filesystem(fstype), "{fstype}");
+        }
+    }
+}

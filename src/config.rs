@@ -173,6 +173,15 @@ pub struct Analysis {
     /// Degrees below the slowdown temperature that count as thermally limited (ours: within
     /// 3 °C the GPU is about to slow down).
     pub thermal_margin_celsius: f64,
+    /// Mean NFS READ round trip, seconds, at which a starving loop's network filesystem is
+    /// slow (ours: 5 ms, several times a healthy LAN round trip of under a millisecond or two).
+    pub nfs_rtt_high: f64,
+    /// Share of a physical link's speed, in its busier direction, at which the link is near
+    /// saturation (ours: 80 %, where queues and retransmits grow).
+    pub link_utilization_high: f64,
+    /// Link speed in bytes per second below which a link carrying a multi-node job's
+    /// collectives is named as too slow (25 Gb/s, the usual floor for multi-node training).
+    pub link_speed_min: f64,
 }
 
 impl Default for Analysis {
@@ -207,6 +216,9 @@ impl Default for Analysis {
             steal_high: 0.1,
             throttled_share_high: 0.3,
             thermal_margin_celsius: 3.0,
+            nfs_rtt_high: 0.005,
+            link_utilization_high: 0.8,
+            link_speed_min: 3.125e9,
         }
     }
 }

@@ -337,6 +337,59 @@ pub struct WindowFigures {
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
     pub job_gap: Option<f64>,
+    /// Mean bytes per second the main GPU process's network namespace received (its pod's
+    /// ingress; the node's where it shares the node's namespace).
+    pub job_ingress: Option<f64>,
+    /// Mean bytes per second it transmitted.
+    pub job_egress: Option<f64>,
+    /// The node's busiest physical link (NIC or InfiniBand / RoCE port) as last seen, with
+    /// its utilization averaged over the window.
+    pub link: Option<LinkLoad>,
+    /// The busiest NFS mount of the node that the main GPU process has mounted, as last
+    /// seen, with its rates averaged over the window.
+    pub mount: Option<MountLoad>,
+    /// The network and FUSE mounts the main GPU process sees, described
+    /// (`fuse.s3fs at /mnt/bucket (s3fs)`).
+    pub network_mounts: Vec<String>,
+}
+
+/// How loaded a physical link is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LinkLoad {
+    /// The interface (`eth0`) or HCA port (`mlx5_0 port 1`).
+    pub name: String,
+    /// Link speed in bytes per second.
+    pub speed_bytes_per_second: f64,
+    /// Share of the speed received.
+    pub receive_utilization: f64,
+    /// Share of the speed transmitted.
+    pub transmit_utilization: f64,
+    /// Transmit-wait ticks per second (InfiniBand ports that count them).
+    pub transmit_wait_per_second: Option<f64>,
+}
+
+impl LinkLoad {
+    /// The busier direction's share of the link.
+    pub fn utilization(&self) -> f64 {
+        self.receive_utilization.max(self.transmit_utilization)
+    }
+}
+
+/// How loaded an NFS mount is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MountLoad {
+    /// Where it is mounted.
+    pub mount_point: String,
+    /// What (`server:/export`).
+    pub device: String,
+    /// Filesystem type.
+    pub fstype: String,
+    /// READ, GETATTR, LOOKUP and OPEN requests per second.
+    pub requests_per_second: f64,
+    /// Mean READ round trip, seconds.
+    pub read_rtt_seconds: f64,
+    /// Bytes per second read from the server.
+    pub read_bytes_per_second: f64,
 }
 
 impl WindowFigures {

@@ -8,9 +8,14 @@ use std::time::Duration;
 
 use common::exposition::value;
 use common::TempDir;
-use gpu_bottleneck_exporter::config::NetworkSource as NetworkConfig;
+use gpu_bottleneck_exporter::analysis::observation::observe;
+use gpu_bottleneck_exporter::config::{
+    NetworkFilesystemsSource as MountsConfig, NetworkSource as NetworkConfig,
+};
 use gpu_bottleneck_exporter::snapshot::{GpuDevice, GpuProcess, GpuSnapshot, Snapshot};
-use gpu_bottleneck_exporter::source::network::NetworkSource;
+use gpu_bottleneck_exporter::source::network::{
+    InfinibandSource, NetworkFilesystemsSource, NetworkSource,
+};
 use gpu_bottleneck_exporter::source::{HostRoots, Source};
 
 /// GPU 0 runs pid 4242 (in a pod's namespace), GPU 1 runs 4343 (host networking) and 5555,
@@ -50,7 +55,14 @@ fn sampled() -> Snapshot {
         procfs: work.path().join("proc"),
         sysfs: work.path().join("sys"),
     };
-    let mut source = NetworkSource::new(roots.clone(), NetworkConfig::default());
+    let mut sources: Vec<Box<dyn Source>> = vec![
+        Box::new(NetworkSource::new(roots.clone(), NetworkConfig::default())),
+        Box::new(InfinibandSource::new(&roots.sysfs)),
+        Box::new(NetworkFilesystemsSource::new(
+            roots.clone(),
+            MountsConfig::default(),
+        )),
+    ];
     let mut snapshot = Snapshot::default();
     for (second, tree) in ["t0", "t1"].iter().enumerate() {
         for (link, dir) in [(&roots.procfs, "proc"), (&roots.sysfs, "sys")] {
@@ -58,9 +70,11 @@ fn sampled() -> Snapshot {
             std::os::unix::fs::symlink(fixtures.join(tree).join(dir), link).unwrap();
         }
         snapshot = node();
-        source
-            .sample(&mut snapshot, Duration::from_secs(second as u64))
-            .unwrap();
+        for source in &mut sources {
+            source
+                .sample(&mut snapshot, Duration::from_secs(second as u64))
+                .unwrap();
+        }
     }
     snapshot
 }
@@ -68,15 +82,27 @@ fn sampled() -> Snapshot {
 #[test]
 fn each_gpu_process_gets_its_namespace_traffic() {
     let snapshot = sampled();
-    let by_pid = |pid| snapshot.network.namespaces.iter().find(|n| n.pid == pid);
+    let by_pid = |pid| snapshot.network.processes.iter().find(|n| n.pid == pid);
     // The pod's eth0: 50 MB in and 2 MB out in 1 s; loopback (1 MB each way) left out.
     let pod = by_pid(4242).unwrap();
     assert!(!pod.host_network, "told by the namespace links");
     let rates = pod.rates.unwrap();
     assert_eq!(rates.receive_bytes_per_second, 50e6);
     assert_eq!(rates.transmit_bytes_per_second, 2e6);
+    // The pod's mounts: the node's NFS export, where the container sees it.
+    let mounts = pod.mounts.as_ref().unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(
+        (
+            mounts[0].device.as_str(),
+            mounts[0].fstype.as_str(),
+            mounts[0].mount_point.as_str()
+        ),
+        ("10.20.0.5:/datasets", "nfs4", "/data")
+    );
     // Host networking, without readable namespace links: the node's own interfaces.
     assert!(by_pid(4343).unwrap().host_network, "told by the counters");
+    assert_eq!(by_pid(4343).unwrap().mounts, None, "no mountinfo to read");
     assert!(by_pid(5555).is_none(), "an exited process has no namespace");
     let f = common::check_goldens("network-processes", &common::render_pinned(&snapshot));
     let series = |metric: &str, pid: &str, direction: Option<&str>| {
@@ -94,4 +120,26 @@ fn each_gpu_process_gets_its_namespace_traffic() {
     );
     common::assert_close(series("gpu_process_host_network", "4242", None), 0.0);
     common::assert_close(series("gpu_process_host_network", "4343", None), 1.0);
+}
+
+#[test]
+fn a_job_is_held_to_the_mounts_it_has_and_the_node_link_it_loads() {
+    let observed = observe(&sampled(), 1.0);
+    // GPU 0's pod has the NFS export mounted: its figures are the job's input.
+    let mount = observed[0].mount.as_ref().unwrap();
+    assert_eq!(mount.mount_point, "/mnt/datasets");
+    common::assert_close(Some(mount.requests_per_second), 400.0 + 100.0 + 20.0 + 20.0);
+    common::assert_close(Some(mount.read_rtt_seconds), 0.025);
+    assert_eq!(
+        observed[0].network_mounts,
+        ["nfs4 at /data (10.20.0.5:/datasets)"]
+    );
+    common::assert_close(observed[0].job_ingress, 50e6);
+    // GPU 1's process has no readable mountinfo: the node's mount is not pinned on it.
+    assert_eq!(observed[1].mount, None);
+    // The node's busiest link (eth0 receives and mlx5_0 port 1 sends at 80 % of their
+    // speeds) is the node's: the same for every GPU.
+    let link = observed[0].link.as_ref().unwrap();
+    assert_eq!(link, observed[1].link.as_ref().unwrap());
+    common::assert_close(Some(link.utilization()), 0.8);
 }

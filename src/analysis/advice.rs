@@ -9,6 +9,7 @@ use super::{GpuVerdict, InputSource, Kind, Primary};
 enum Reading {
     RemoteInput,
     OwnProcessesShareGpu,
+    InterNode,
     Usual(Primary),
 }
 
@@ -23,9 +24,17 @@ fn reading(verdict: &GpuVerdict) -> Reading {
             .iter()
             .any(|e| e.name == "own_processes_share_gpu" && e.strength >= 0.5)
     });
+    // Collectives crossing a saturated or slow link of the node.
+    let inter_node = verdict.kind(Kind::Communication).is_some_and(|k| {
+        k.scored
+            .evidence
+            .iter()
+            .any(|e| matches!(e.name, "busiest_link" | "slow_link") && e.strength >= 0.5)
+    });
     match verdict.primary {
         Primary::Bottleneck(Kind::DataIo) if remote => Reading::RemoteInput,
         Primary::Bottleneck(Kind::Contention) if own_sharers => Reading::OwnProcessesShareGpu,
+        Primary::Bottleneck(Kind::Communication) if inter_node => Reading::InterNode,
         primary => Reading::Usual(primary),
     }
 }
@@ -35,6 +44,7 @@ pub fn explanation(verdict: &GpuVerdict) -> &'static str {
     match reading(verdict) {
         Reading::RemoteInput => "The GPU waits for input data that the loader workers fetch from a remote source (object store, network or FUSE filesystem, a feature service): they sleep waiting for it while the local disks are quiet.",
         Reading::OwnProcessesShareGpu => "Several processes of this job each run real work on this GPU and time-share it: each waits while the other's kernels run.",
+        Reading::InterNode => "This rank waits in collectives whose traffic crosses the node's network link, and that link is near saturation or too slow for multi-node training: the GPUs wait for gradients to cross the wire.",
         Reading::Usual(primary) => usual_explanation(primary),
     }
 }
@@ -50,6 +60,11 @@ pub fn next_steps(verdict: &GpuVerdict) -> &'static [&'static str] {
         Reading::OwnProcessesShareGpu => &[
             "Run one rank per GPU: give each process its own device (CUDA_VISIBLE_DEVICES, LOCAL_RANK).",
             "If the processes must share, use MPS so their kernels run side by side instead of time-slicing.",
+        ],
+        Reading::InterNode => &[
+            "Communicate less often: gradient accumulation over several micro-batches per all-reduce.",
+            "Overlap and batch the traffic: a larger DDP bucket_cap_mb, FSDP/ZeRO prefetch; compress gradients (PowerSGD, bf16 hooks).",
+            "Check NCCL uses the fast fabric (NCCL_SOCKET_IFNAME, NCCL_IB_HCA; NCCL_DEBUG=INFO shows the transport): multi-node training wants InfiniBand/RoCE or at least 25 GbE.",
         ],
         Reading::Usual(primary) => usual_next_steps(primary),
     }

@@ -335,12 +335,35 @@ fn add_input(
         format!(
             "input read by {who} comes {}",
             if local {
-                "from local storage (the node's disks are loaded)"
+                "from local storage (the node's disks are loaded)".to_string()
             } else {
-                "from a remote source: the node's disks are quiet (a socket, a network or FUSE filesystem, an object store)"
+                format!(
+                    "from a remote source: the node's disks are quiet (a socket, a network or FUSE filesystem, an object store){}",
+                    remote_detail(w)
+                )
             }
         ),
     );
+}
+
+/// Where remote input comes from, as the network figures name it: the NFS mount read most
+/// (with its round trip), else the job's ingress.
+fn remote_detail(w: &WindowFigures) -> String {
+    if let Some(m) = w.mount.as_ref().filter(|m| m.requests_per_second >= 1.0) {
+        return format!(
+            "; NFS {} ({}) answers READs in {:.1} ms",
+            m.mount_point,
+            m.device,
+            1000.0 * m.read_rtt_seconds
+        );
+    }
+    match w.job_ingress {
+        Some(ingress) if ingress > 0.0 => format!(
+            "; the job's network namespace receives {}",
+            super::rules::per_second(ingress)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The idle time the main thread spent in Python: host_bound, except the part it spent
@@ -433,15 +456,25 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
 }
 
 /// Evidence that stands whatever the stacks show: facts about the device, its link, who runs
-/// work on it and where the job is placed, and who else takes the disk or the CPUs.
-const STANDING: [&str; 7] = [
+/// work on it and where the job is placed.
+const STANDING: [&str; 5] = [
     "pcie_bandwidth_share",
     "other_jobs_on_gpu",
     "own_processes_share_gpu",
     "processes_on_gpu",
     "numa_mismatch",
+];
+
+/// Evidence that names where the cost went (who else takes the disk or the CPUs, the mount
+/// or link the input or the collectives cross) without deciding whether the kind is active.
+const SUPPORTING: [&str; 7] = [
     "busiest_cpu_processes",
     "busiest_disk_processes",
+    "busiest_mount",
+    "job_ingress",
+    "network_mounts",
+    "busiest_link",
+    "slow_link",
 ];
 
 /// What the main thread was seen doing that a kind's cost rests on, as its evidence names
@@ -508,11 +541,13 @@ pub fn judge(
     let mut evidence: Vec<_> = scored
         .evidence
         .drain(..)
-        .filter(|e| e.name == "gpu_busy" || STANDING.contains(&e.name))
+        .filter(|e| {
+            e.name == "gpu_busy" || STANDING.contains(&e.name) || SUPPORTING.contains(&e.name)
+        })
         .collect();
     let facts = evidence
         .iter()
-        .filter(|e| e.name != "gpu_busy" && !e.name.starts_with("busiest_"))
+        .filter(|e| STANDING.contains(&e.name))
         .fold(0.0, |a: f64, e| a.max(e.strength));
     evidence.push(super::Evidence {
         name,

@@ -4,6 +4,7 @@
 
 pub mod advice;
 pub mod attribution;
+pub mod network;
 pub mod observation;
 pub mod rules;
 
@@ -14,8 +15,8 @@ use self::rules::{score_all, window_figures};
 use crate::config::Analysis as Thresholds;
 use crate::snapshot::Snapshot;
 pub use crate::verdict::{
-    Basis, Cause, Evidence, GpuVerdict, InputSource, Kind, KindScore, KindVerdict, LostTime,
-    Primary, Sharing, WindowFigures,
+    Basis, Cause, Evidence, GpuVerdict, InputSource, Kind, KindScore, KindVerdict, LinkLoad,
+    LostTime, MountLoad, Primary, Sharing, WindowFigures,
 };
 
 /// Recent stack samples from which a tick is attributed by them (else by the whole window's).

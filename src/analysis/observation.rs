@@ -3,7 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::snapshot::{Culprits, GpuDevice, ProcessContext, ProcessStacks, Snapshot};
+use crate::snapshot::{
+    Culprits, GpuDevice, LinkRates, NetworkSnapshot, ProcessContext, ProcessNetwork, ProcessStacks,
+    Snapshot,
+};
+use crate::verdict::{LinkLoad, MountLoad};
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
@@ -105,6 +109,16 @@ pub struct GpuObservation {
     /// The SM clock's share of its maximum on a tick with a limiting throttle reason (`None`
     /// when not throttled or unknown).
     pub throttled_clock_ratio: Option<f64>,
+    /// Bytes per second the main GPU process's network namespace received.
+    pub job_ingress: Option<f64>,
+    /// Bytes per second it transmitted.
+    pub job_egress: Option<f64>,
+    /// The node's busiest physical link on this tick.
+    pub link: Option<LinkLoad>,
+    /// The busiest NFS mount of the node that the main GPU process has mounted, on this tick.
+    pub mount: Option<MountLoad>,
+    /// The network and FUSE mounts the main GPU process sees, described.
+    pub network_mounts: Vec<String>,
 }
 
 /// Per-process SM share at or above which a process does a real share of a GPU's work: a
@@ -141,12 +155,20 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
         .iter()
         .find(|p| p.resource == "io")
         .and_then(|p| p.rates.map(|r| r.some_ratio));
+    let link = busiest_link(&snapshot.network);
+    let networks: BTreeMap<u32, &ProcessNetwork> = snapshot
+        .network
+        .processes
+        .iter()
+        .map(|n| (n.pid, n))
+        .collect();
     gpu.devices
         .iter()
         .map(|device| {
             // The main GPU process: the one holding the most memory (processes are ranked).
             let main = device.processes.first();
             let context = main.and_then(|p| contexts.get(&p.pid).copied());
+            let network = main.and_then(|p| networks.get(&p.pid).copied());
             let job = main.and_then(|p| {
                 let cgroup = context.and_then(|c| c.cgroup.as_ref());
                 if gpus_per_pid.get(&p.pid).copied().unwrap_or(0) > 1 {
@@ -223,9 +245,79 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .map(|c| c.allowed_cpus.len() as f64),
                 steal: rates.map(|r| r.steal_ratio),
                 throttled_clock_ratio: throttled_clock_ratio(device),
+                job_ingress: network.and_then(|n| Some(n.rates?.receive_bytes_per_second)),
+                job_egress: network.and_then(|n| Some(n.rates?.transmit_bytes_per_second)),
+                link: link.clone(),
+                mount: network.and_then(|n| busiest_mount(&snapshot.network, n)),
+                network_mounts: network
+                    .and_then(|n| n.mounts.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|m| format!("{} at {} ({})", m.fstype, m.mount_point, m.device))
+                    .collect(),
             }
         })
         .collect()
+}
+
+/// The node's physical link (NIC or HCA port) with the highest utilization in either
+/// direction; links without a known speed or rates are left out.
+fn busiest_link(network: &NetworkSnapshot) -> Option<LinkLoad> {
+    let load = |name: String, speed: Option<f64>, rates: Option<LinkRates>, waits| {
+        let (speed, rates) = (speed.filter(|s| *s > 0.0)?, rates?);
+        Some(LinkLoad {
+            name,
+            speed_bytes_per_second: speed,
+            receive_utilization: (rates.receive_bytes_per_second / speed).min(1.0),
+            transmit_utilization: (rates.transmit_bytes_per_second / speed).min(1.0),
+            transmit_wait_per_second: waits,
+        })
+    };
+    let nics = network.interfaces.iter().filter_map(|i| {
+        load(
+            i.counters.name.clone(),
+            i.speed_bytes_per_second,
+            i.rates,
+            None,
+        )
+    });
+    let ports = network
+        .infiniband
+        .iter()
+        .filter(|p| p.active)
+        .filter_map(|p| {
+            let name = format!("{} port {}", p.counters.device, p.counters.port);
+            load(
+                name,
+                p.rate_bytes_per_second,
+                p.rates,
+                p.transmit_wait_ticks_per_second,
+            )
+        });
+    nics.chain(ports)
+        .max_by(|a, b| a.utilization().total_cmp(&b.utilization()))
+}
+
+/// The node's NFS mount with the most requests per second among those the process has
+/// mounted (none where its mounts are unknown: a node's mount is not every job's input).
+fn busiest_mount(network: &NetworkSnapshot, process: &ProcessNetwork) -> Option<MountLoad> {
+    let own = process.mounts.as_ref()?;
+    network
+        .mounts
+        .iter()
+        .filter(|m| own.iter().any(|o| o.device == m.device))
+        .filter_map(|m| {
+            let rates = m.nfs_rates.as_ref()?;
+            Some(MountLoad {
+                mount_point: m.mount_point.clone(),
+                device: m.device.clone(),
+                fstype: m.fstype.clone(),
+                requests_per_second: rates.operations.iter().map(|o| o.per_second).sum(),
+                read_rtt_seconds: rates.operation("READ").map_or(0.0, |r| r.rtt_seconds),
+                read_bytes_per_second: rates.read_bytes_per_second,
+            })
+        })
+        .max_by(|a, b| a.requests_per_second.total_cmp(&b.requests_per_second))
 }
 
 /// The SM clock against its maximum while a limiting throttle reason holds it down.

@@ -10,7 +10,7 @@
 //! "at threshold". A condition whose input is missing makes its rule unknown (`None`), never 0.
 
 use super::observation::{mean, share, GpuObservation};
-use super::{Evidence, Kind, KindScore, Sharing, WindowFigures};
+use super::{Evidence, Kind, KindScore, LinkLoad, MountLoad, Sharing, WindowFigures};
 use crate::config::Analysis as Thresholds;
 use crate::snapshot::{Activity, Culprits, NodeProcess};
 
@@ -107,7 +107,45 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         workers_voluntary_switches: m(|o| o.workers_voluntary_switches),
         steal: m(|o| o.steal),
         job_gap: None,
+        job_ingress: m(|o| o.job_ingress),
+        job_egress: m(|o| o.job_egress),
+        link: window
+            .last()
+            .and_then(|o| o.link.clone())
+            .map(|last| LinkLoad {
+                receive_utilization: mean_of(window, |o| {
+                    o.link.as_ref().map(|l| l.receive_utilization)
+                }),
+                transmit_utilization: mean_of(window, |o| {
+                    o.link.as_ref().map(|l| l.transmit_utilization)
+                }),
+                transmit_wait_per_second: m(|o| o.link.as_ref()?.transmit_wait_per_second),
+                ..last
+            }),
+        mount: window
+            .last()
+            .and_then(|o| o.mount.clone())
+            .map(|last| MountLoad {
+                requests_per_second: mean_of(window, |o| {
+                    o.mount.as_ref().map(|l| l.requests_per_second)
+                }),
+                read_rtt_seconds: mean_of(window, |o| o.mount.as_ref().map(|l| l.read_rtt_seconds)),
+                read_bytes_per_second: mean_of(window, |o| {
+                    o.mount.as_ref().map(|l| l.read_bytes_per_second)
+                }),
+                ..last
+            }),
+        network_mounts: window
+            .last()
+            .map(|o| o.network_mounts.clone())
+            .unwrap_or_default(),
     }
+}
+
+/// The mean of a figure over the ticks that have it (0 where none has: only called for a
+/// figure the last tick has).
+fn mean_of(window: &[&GpuObservation], f: impl Fn(&GpuObservation) -> Option<f64>) -> f64 {
+    mean(window.iter().map(|o| f(o))).unwrap_or(0.0)
 }
 
 /// Builds a score from conditions: all of `required` must hold (minimum), each of them
@@ -196,6 +234,13 @@ impl Rule {
         Some(s)
     }
 
+    /// Records evidence another module scored; returns the strongest.
+    fn scored(&mut self, evidence: Vec<Evidence>) -> f64 {
+        let strength = super::network::strongest(&evidence);
+        self.evidence.extend(evidence);
+        strength
+    }
+
     /// Records a categorical fact with its score and what it names.
     fn fact(&mut self, name: &'static str, value: f64, strength: f64, detail: String) {
         self.evidence.push(Evidence {
@@ -247,6 +292,8 @@ pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
         // Seen in its stacks, a loop waiting for workers that are not computing waits for
         // their data, even when no disk figure shows it (network storage, one slow file).
         loader_wait(&mut rule, w, t, false),
+        // Input over the network: a slow NFS mount, the receive side of a link saturated.
+        remote_input(&mut rule, w, t),
     ];
     // Who else reads or writes: named with the strength of the storage figures it explains.
     let storage = alternatives[..3]
@@ -268,6 +315,13 @@ pub fn data_io(w: &WindowFigures, t: &Thresholds) -> KindScore {
         },
     );
     rule.any(Kind::DataIo, gate, &alternatives)
+}
+
+/// The network evidence of input fetched over the wire, as an alternative of data_io
+/// (`None` where the node's network is not read).
+fn remote_input(rule: &mut Rule, w: &WindowFigures, t: &Thresholds) -> Option<f64> {
+    let evidence = super::network::remote_input(w, t);
+    (!evidence.is_empty()).then(|| rule.scored(evidence))
 }
 
 /// Preprocessing on the CPU is too slow.
@@ -295,7 +349,7 @@ pub fn data_cpu(w: &WindowFigures, t: &Thresholds) -> KindScore {
 }
 
 /// Bytes per second as people read them (`310 MB/s`).
-fn per_second(bytes: f64) -> String {
+pub(super) fn per_second(bytes: f64) -> String {
     match bytes {
         b if b >= 1e9 => format!("{:.1} GB/s", b / 1e9),
         b if b >= 1e6 => format!("{:.0} MB/s", b / 1e6),
@@ -420,7 +474,9 @@ pub fn sync_stall(w: &WindowFigures, t: &Thresholds) -> KindScore {
         rule.condition("host_cpu", w.host_cpu, t.quiet_below, low)
             .max(observed),
     ];
-    let score = quiet.iter().fold(gate, |s, q| s.min(*q));
+    // Input arriving slowly over the network is a side that is busy waiting: not "neither".
+    let remote = super::network::strongest(&super::network::remote_input(w, t));
+    let score = quiet.iter().fold(gate.min(1.0 - remote), |s, q| s.min(*q));
     rule.done(Kind::SyncStall, score)
 }
 
@@ -475,9 +531,12 @@ pub fn communication(w: &WindowFigures, t: &Thresholds) -> KindScore {
         }
         _ => 0.0,
     };
+    // Collectives crossing a saturated link while the GPU waits.
+    let starving = w.busy.map_or(0.0, |b| low(b, t.gpu_starved_below));
+    let link = rule.scored(super::network::inter_node(w, t)).min(starving);
     rule.done(
         Kind::Communication,
-        gap.max(degraded_while_busy).max(collective),
+        gap.max(degraded_while_busy).max(collective).max(link),
     )
 }
 

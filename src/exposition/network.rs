@@ -159,7 +159,7 @@ pub(super) fn process_network_families(
 ) {
     let mut rate = Family::new(&PROC_NET_BPS);
     let mut host = Family::new(&PROC_HOST_NETWORK);
-    let by_pid: HashMap<u32, _> = network.namespaces.iter().map(|n| (n.pid, n)).collect();
+    let by_pid: HashMap<u32, _> = network.processes.iter().map(|n| (n.pid, n)).collect();
     for device in gpu.devices.iter().filter(|d| d.up) {
         let index = device.index.to_string();
         for process in &device.processes {

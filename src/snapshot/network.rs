@@ -1,7 +1,7 @@
 //! What the network source reads: the node's NICs, its InfiniBand / RoCE ports, its network
 //! filesystems, and the traffic of each GPU process's network namespace.
 
-/// The node's network: the network source fills the interfaces and namespaces, the
+/// The node's network: the network source fills the interfaces and the GPU processes', the
 /// infiniband source the ports, the network_filesystems source the mounts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NetworkSnapshot {
@@ -11,8 +11,8 @@ pub struct NetworkSnapshot {
     pub infiniband: Vec<IbPortSnapshot>,
     /// Mounts of network and FUSE filesystems, sorted by mount point.
     pub mounts: Vec<NetworkMount>,
-    /// Traffic of each GPU process's network namespace, by pid.
-    pub namespaces: Vec<NamespaceTraffic>,
+    /// Each GPU process's network namespace traffic and network mounts, by pid.
+    pub processes: Vec<ProcessNetwork>,
 }
 
 /// Counters of one interface, as /proc/net/dev has them.
@@ -178,9 +178,10 @@ impl NfsRates {
     }
 }
 
-/// Traffic of a GPU process's network namespace (its pod's interfaces, loopback left out).
+/// A GPU process's network: its namespace's traffic (its pod's interfaces, loopback left
+/// out) and the network filesystems it has mounted.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NamespaceTraffic {
+pub struct ProcessNetwork {
     /// The GPU process.
     pub pid: u32,
     /// Whether that namespace is the node's own (host networking, bare metal): its traffic is
@@ -188,4 +189,18 @@ pub struct NamespaceTraffic {
     pub host_network: bool,
     /// Rates over the last interval.
     pub rates: Option<LinkRates>,
+    /// The network and FUSE filesystems its mount namespace holds (`None` where its
+    /// mountinfo is unreadable).
+    pub mounts: Option<Vec<ProcessMount>>,
+}
+
+/// A network or FUSE filesystem as a GPU process sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessMount {
+    /// What is mounted (matches a [`NetworkMount`]'s device).
+    pub device: String,
+    /// Filesystem type.
+    pub fstype: String,
+    /// Where the process sees it (inside its container).
+    pub mount_point: String,
 }

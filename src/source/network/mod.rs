@@ -16,8 +16,8 @@ use std::time::Duration;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::{NetworkFilesystemsSource as MountsConfig, NetworkSource as NetworkConfig};
 use crate::snapshot::{
-    IbPortSnapshot, InterfaceCounters, InterfaceSnapshot, NamespaceTraffic, NetworkMount,
-    NfsCounters, Snapshot,
+    IbPortSnapshot, InterfaceCounters, InterfaceSnapshot, NetworkMount, NfsCounters, ProcessMount,
+    ProcessNetwork, Snapshot,
 };
 
 /// Reads `<procfs>/1/<file>`, or the exporter's own where pid 1 is not visible (no hostPID).
@@ -27,12 +27,12 @@ fn read_node_file(roots: &HostRoots, file: &str) -> Result<String, SourceError> 
         .or_else(|_| roots.read_proc(file))
 }
 
-/// The `network` source: the node's interfaces and the GPU processes' namespaces.
+/// The `network` source: the node's interfaces and each GPU process's network.
 pub struct NetworkSource {
     roots: HostRoots,
     config: NetworkConfig,
     previous: HashMap<String, Previous<(u64, u64)>>,
-    previous_namespaces: HashMap<u32, Previous<(u64, u64)>>,
+    previous_processes: HashMap<u32, Previous<(u64, u64)>>,
 }
 
 impl NetworkSource {
@@ -42,7 +42,7 @@ impl NetworkSource {
             roots,
             config,
             previous: HashMap::new(),
-            previous_namespaces: HashMap::new(),
+            previous_processes: HashMap::new(),
         }
     }
 
@@ -89,17 +89,17 @@ impl NetworkSource {
             })
     }
 
-    /// Each GPU process's namespace traffic. A process in the node's namespace sees the
-    /// virtual interfaces too (veth, bridges: the pods' traffic a second time), so its traffic
-    /// is that of the node's physical interfaces.
-    fn namespaces(
+    /// Each GPU process's namespace traffic and network mounts. A process in the node's
+    /// namespace sees the virtual interfaces too (veth, bridges: the pods' traffic a second
+    /// time), so its traffic is that of the node's physical interfaces.
+    fn processes(
         &mut self,
         pids: impl Iterator<Item = u32>,
         node: &[InterfaceCounters],
         physical: &[&str],
         now: Duration,
-    ) -> Vec<NamespaceTraffic> {
-        let mut previous = std::mem::take(&mut self.previous_namespaces);
+    ) -> Vec<ProcessNetwork> {
+        let mut previous = std::mem::take(&mut self.previous_processes);
         let mut traffic = Vec::new();
         for pid in pids {
             // A process that exited since the GPU source listed it has no namespace to read.
@@ -116,17 +116,32 @@ impl NetworkSource {
             let bytes = nic::namespace_bytes(&seen);
             let rates = elapsed_since(previous.remove(&pid).as_ref(), now)
                 .and_then(|(seconds, before)| nic::link_rates(*before, bytes, seconds));
-            self.previous_namespaces.insert(
+            self.previous_processes.insert(
                 pid,
                 Previous {
                     at: now,
                     value: bytes,
                 },
             );
-            traffic.push(NamespaceTraffic {
+            let mounts = self
+                .roots
+                .read_proc(&format!("{pid}/mountinfo"))
+                .ok()
+                .map(|text| {
+                    mounts::parse_mountinfo(&text)
+                        .into_iter()
+                        .map(|(device, fstype, mount_point)| ProcessMount {
+                            device,
+                            fstype,
+                            mount_point,
+                        })
+                        .collect()
+                });
+            traffic.push(ProcessNetwork {
                 pid,
                 host_network,
                 rates,
+                mounts,
             });
         }
         traffic
@@ -161,7 +176,7 @@ impl Source for NetworkSource {
         interfaces.sort_by(|a, b| a.counters.name.cmp(&b.counters.name));
         snapshot.network.interfaces = interfaces;
         let pids = snapshot.gpu_pids().into_iter();
-        snapshot.network.namespaces = self.namespaces(pids, &node, &physical, now);
+        snapshot.network.processes = self.processes(pids, &node, &physical, now);
         Ok(())
     }
 }

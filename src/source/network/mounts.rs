@@ -31,6 +31,28 @@ pub fn is_network_filesystem(fstype: &str) -> bool {
     NETWORK_FILESYSTEMS.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.")
 }
 
+/// The network and FUSE filesystems a process's mount namespace holds, from its
+/// `mountinfo` (`36 35 0:52 / /data rw - nfs4 10.0.0.5:/datasets rw,...`): what is mounted
+/// and where the process sees it. Malformed lines are skipped: the file is read for naming,
+/// never for figures.
+pub fn parse_mountinfo(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let (head, tail) = line.split_once(" - ")?;
+            let mount_point = head.split_ascii_whitespace().nth(4)?;
+            let mut tail = tail.split_ascii_whitespace();
+            let (fstype, device) = (tail.next()?, tail.next()?);
+            is_network_filesystem(fstype).then(|| {
+                (
+                    device.to_string(),
+                    fstype.to_string(),
+                    mount_point.replace("\\040", " "),
+                )
+            })
+        })
+        .collect()
+}
+
 /// A mount as mountstats lists it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MountEntry {
@@ -258,6 +280,22 @@ device /dev/sdb1 mounted on /mnt/usb with fstype fuseblk
         assert_eq!(rates.operation("GETATTR").unwrap().rtt_seconds, 0.0);
         // Remounted: counters went back.
         assert_eq!(nfs_rates(&now, &before, 1.0), None);
+    }
+
+    #[test]
+    fn a_processes_network_mounts_from_its_mountinfo() {
+        let mountinfo = "22 1 8:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw
+512 498 0:61 / /data rw,relatime master:220 - nfs4 10.20.0.5:/datasets rw,vers=4.2
+513 498 0:62 / /mnt/my\\040bucket rw,nosuid - fuse.s3fs s3fs rw,user_id=0
+garbage line
+";
+        assert_eq!(
+            parse_mountinfo(mountinfo),
+            vec![
+                ("10.20.0.5:/datasets".into(), "nfs4".into(), "/data".into()),
+                ("s3fs".into(), "fuse.s3fs".into(), "/mnt/my bucket".into()),
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! show a different case — every bottleneck kind, a two-GPU job with a lagging rank, an idle
 //! GPU — and the cases move one GPU along every five minutes so dashboards show change.
 
+mod network;
+
 use std::time::Duration;
 
 use super::{Source, SourceError};
@@ -566,17 +568,19 @@ impl Source for DemoSource {
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
         Self::host(snapshot, now);
         let mut devices = Vec::new();
+        let mut mains = Vec::new();
         for index in 0..ROLES.len() {
             let (device, contexts) = self.gpu(index, now);
             if let Some(main) = device.processes.first() {
-                snapshot
-                    .stacks
-                    .push(Self::stacks(self.role(index, now), main.pid));
+                let role = self.role(index, now);
+                snapshot.stacks.push(Self::stacks(role, main.pid));
+                mains.push((main.pid, role));
             }
             devices.push(device);
             snapshot.processes.extend(contexts);
         }
         snapshot.processes.sort_by_key(|c| c.pid);
+        snapshot.network = network::network(now, &mains);
         snapshot.gpu = Some(GpuSnapshot {
             nvml_up: true,
             nvml_error: String::new(),

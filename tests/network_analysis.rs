@@ -1,0 +1,156 @@
+//! Verdicts with the network in view: input fetched over the wire named by its mount or its
+//! link, and collectives crossing a saturated or slow link; each with the near miss that
+//! must not read that way.
+
+mod common;
+
+use common::scenario::{active, healthy, run, stacks};
+use gpu_bottleneck_exporter::analysis::advice::{explanation, next_steps};
+use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::{
+    Basis, GpuVerdict, InputSource, Kind, LinkLoad, MountLoad, Primary,
+};
+use gpu_bottleneck_exporter::snapshot::Activity;
+
+/// A loop whose two workers read small files from an NFS mount (25 ms a READ round trip),
+/// the local disks quiet, the GPU 25 % busy.
+fn nfs_loader(o: &mut GpuObservation) {
+    o.busy = Some(0.25);
+    o.idle_share = Some(0.6);
+    o.busiest_thread = Some(0.04);
+    o.workers = Some(2);
+    o.workers_max_cpu = Some(0.04);
+    o.workers_cpu = Some(0.06);
+    o.workers_disk_wait = Some(0);
+    o.disk_util = Some(0.01);
+    o.iowait = Some(0.0);
+    o.psi_io = Some(0.0);
+    o.host_cpu = Some(0.05);
+    o.cpu_wait = Some(0.0);
+    o.job_ingress = Some(8e6);
+    o.mount = Some(MountLoad {
+        mount_point: "/mnt/datasets".into(),
+        device: "10.20.0.5:/datasets".into(),
+        fstype: "nfs4".into(),
+        requests_per_second: 320.0,
+        read_rtt_seconds: 0.025,
+        read_bytes_per_second: 8e6,
+    });
+    o.network_mounts = vec!["nfs4 at /mnt/datasets".into()];
+}
+
+fn evidence<'a>(verdict: &'a GpuVerdict, kind: Kind, name: &str) -> Option<&'a str> {
+    let k = verdict.kind(kind)?;
+    let e = k.scored.evidence.iter().find(|e| e.name == name)?;
+    Some(e.detail.as_str())
+}
+
+#[test]
+fn a_loop_reading_a_slow_nfs_mount_names_the_mount() {
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        nfs_loader(&mut o);
+        o.stacks = stacks(Activity::DataLoader, 0.92);
+        o
+    });
+    assert_eq!(
+        verdict.primary,
+        Primary::Bottleneck(Kind::DataIo),
+        "{:?}",
+        active(&verdict)
+    );
+    assert_eq!(verdict.basis(), Basis::Observed);
+    let lost = verdict.lost.as_ref().unwrap();
+    assert_eq!(lost.input, Some(InputSource::Remote));
+    let mount = evidence(&verdict, Kind::DataIo, "busiest_mount").unwrap();
+    assert!(
+        mount.contains("/mnt/datasets (10.20.0.5:/datasets, nfs4)"),
+        "{mount}"
+    );
+    assert!(mount.contains("READ round trip 25.0 ms"), "{mount}");
+    assert!(
+        lost.reasons.iter().any(|r| r.contains("NFS /mnt/datasets")),
+        "{:?}",
+        lost.reasons
+    );
+    assert!(explanation(&verdict).contains("remote source"));
+    assert!(next_steps(&verdict)[0].contains("local NVMe"));
+}
+
+/// Without stacks the counters alone cannot tell a loop waiting for remote input from one
+/// that synchronizes ("bursty GPU, quiet CPU"); a slow network filesystem being read is the
+/// side that is busy, so it tips the inference towards data_io.
+#[test]
+fn without_stacks_a_slow_mount_being_read_is_inferred_data_io() {
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        nfs_loader(&mut o);
+        o
+    });
+    assert_eq!(
+        verdict.primary,
+        Primary::Bottleneck(Kind::DataIo),
+        "{:?}",
+        active(&verdict)
+    );
+    assert_eq!(verdict.basis(), Basis::Inferred);
+    assert!(!active(&verdict).contains(&Kind::SyncStall));
+    // Near miss: the mount answers in half a millisecond: nothing network-bound to see, and
+    // the counters read as they did before.
+    let quick = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        nfs_loader(&mut o);
+        if let Some(m) = o.mount.as_mut() {
+            m.read_rtt_seconds = 0.0005;
+        }
+        o
+    });
+    assert_eq!(quick.primary, Primary::Bottleneck(Kind::SyncStall));
+}
+
+/// A rank seen in its all-reduce 70 % of the time, on a node whose only NIC is 10 GbE and
+/// runs at 90 % in both directions.
+fn all_reduce_over(o: &mut GpuObservation, receive: f64, transmit: f64, gbits: f64) {
+    o.busy = Some(0.4);
+    o.idle_share = Some(0.5);
+    o.busiest_thread = Some(0.3);
+    o.stacks = stacks(Activity::Collective, 0.7);
+    o.link = Some(LinkLoad {
+        name: "eth0".into(),
+        speed_bytes_per_second: gbits * 125e6,
+        receive_utilization: receive,
+        transmit_utilization: transmit,
+        transmit_wait_per_second: None,
+    });
+}
+
+#[test]
+fn collectives_over_a_saturated_slow_link_are_inter_node_communication() {
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        all_reduce_over(&mut o, 0.9, 0.9, 10.0);
+        o
+    });
+    assert_eq!(verdict.primary, Primary::Bottleneck(Kind::Communication));
+    let slow = evidence(&verdict, Kind::Communication, "slow_link").unwrap();
+    assert!(
+        slow.contains("eth0 runs at 10 Gb/s, below the 25 Gb/s"),
+        "{slow}"
+    );
+    let link = evidence(&verdict, Kind::Communication, "busiest_link").unwrap();
+    assert!(link.contains("at 90 % in, 90 % out"), "{link}");
+    assert!(explanation(&verdict).contains("network link"));
+    assert!(next_steps(&verdict)
+        .iter()
+        .any(|s| s.contains("NCCL_SOCKET_IFNAME")));
+    // Near miss: the same wait on a 100 Gb/s link that only receives (input arriving, not an
+    // all-reduce): communication still, but not the network's fault.
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        all_reduce_over(&mut o, 0.9, 0.05, 100.0);
+        o
+    });
+    assert_eq!(verdict.primary, Primary::Bottleneck(Kind::Communication));
+    assert!(evidence(&verdict, Kind::Communication, "slow_link").is_none());
+    assert!(!explanation(&verdict).contains("network link"));
+}

@@ -3,8 +3,9 @@
 # Installs what it needs when missing: promtool (Debian `prometheus`), iostat (`sysstat`),
 # amtool (`prometheus-alertmanager`),
 # the Python `prometheus_client` package whose OpenMetrics parser is strict, PyYAML, and
-# kubernetes-validate (offline Kubernetes schemas), helm-python-sdk (real Helm, no binary) and
-# bcrypt (password hashes for the TLS/auth check).
+# kubernetes-validate (offline Kubernetes schemas), helm-python-sdk (real Helm, no binary),
+# bcrypt (password hashes for the TLS/auth check), Pillow (the workloads' JPEG data sets),
+# iproute2 and fuse3 with mfusepy (the workloads that read over a real link and a FUSE mount).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,10 @@ missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v iostat >/dev/null || missing+=(sysstat)
 command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
+# Network namespaces, veth and htb for the workload that streams its data over a real link;
+# libfuse 3 for the one that reads through a FUSE mount.
+command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
+command -v fusermount3 >/dev/null || missing+=(fuse3)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""
@@ -22,7 +27,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk bcrypt:bcrypt PIL:Pillow; do
+for module in prometheus_client:prometheus_client yaml:pyyaml kubernetes_validate:kubernetes-validate helm_python:helm-python-sdk bcrypt:bcrypt PIL:Pillow mfusepy:mfusepy; do
   if ! python3 -c "import ${module%%:*}" 2>/dev/null; then
     step "installing ${module##*:} (Python)"
     python3 -m pip install -q "${module##*:}" 2>/dev/null ||

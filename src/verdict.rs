@@ -342,6 +342,8 @@ pub struct WindowFigures {
     pub job_ingress: Option<f64>,
     /// Mean bytes per second it transmitted.
     pub job_egress: Option<f64>,
+    /// The job's namespace's busiest interface as last seen (`None` in the node's namespace).
+    pub job_interface: Option<String>,
     /// The node's busiest physical link (NIC or InfiniBand / RoCE port) as last seen, with
     /// its utilization averaged over the window.
     pub link: Option<LinkLoad>,

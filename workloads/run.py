@@ -50,6 +50,8 @@ FAST = [
     "kernel_efficiency_tiny_kernels",
     "contention_two_jobs",
     "data_io_remote_store",
+    "data_io_remote_http",
+    "data_io_fuse_mount",
 ]
 
 
@@ -58,7 +60,7 @@ def workloads():
     found = {}
     for file in sorted(os.listdir(HERE)):
         name, ext = os.path.splitext(file)
-        if ext != ".py" or name in ("run", "common", "emugpu", "truth", "random_loop"):
+        if ext != ".py" or name in ("run", "common", "emugpu", "truth", "random_loop", "netpath"):
             continue
         module = importlib.import_module(name)
         if hasattr(module, "EXPECT"):
@@ -175,6 +177,10 @@ def run_one(name, module, args, extra=(), hogs=None):
     the ground truth."""
     if args.real and module.GPUS > args.real_gpus:
         return skipped(name, module, f"needs {module.GPUS} GPUs, this node has {args.real_gpus}")
+    # A workload that builds a real network path says what it needs that is missing.
+    why = getattr(module, "SKIP", lambda: "")()
+    if why:
+        return skipped(name, module, why)
     work = tempfile.mkdtemp(prefix="workload-" + "".join(c if c.isalnum() else "_" for c in name) + "-")
     timelines = os.path.join(work, "timelines")
     os.makedirs(timelines)
@@ -266,6 +272,11 @@ def run_one(name, module, args, extra=(), hogs=None):
                 mae=sum(errors) / len(errors),
                 worst_error=max(zip(errors, truth.CAUSES)),
             )
+        # What the verdict must name (a mount, the job's ingress), in its evidence or reasons.
+        detail = getattr(module, "EXPECT_DETAIL", {}).get(gpu)
+        named = detail is None or (gpu in last and detail in json.dumps(last[gpu]))
+        if not named:
+            row["evidence"] += f" (does not name {detail!r})"
         expected_primary = declared or row.get("truth", "none")
         reached = next((at for at, primary in seen if primary == expected_primary), None)
         # Flips: changes of the primary verdict once it reached the expected one (or, where it
@@ -277,7 +288,7 @@ def run_one(name, module, args, extra=(), hogs=None):
         settled = [p for _, p in seen[start:]]
         row.update(
             expected=expected_primary,
-            ok=final == expected_primary,
+            ok=final == expected_primary and named,
             seconds_to_verdict=reached,
             flips=sum(1 for a, b in zip(settled, settled[1:]) if a != b),
         )

@@ -309,8 +309,11 @@ fn split_loader(lost: &mut LostTime, w: &WindowFigures, t: &Thresholds, share: f
 }
 
 /// Idle time spent waiting for input (`share`, the loader wait `seen` in that share of the
-/// samples): data_io, from local storage when the node's storage shows the load (or, without
-/// storage figures, when the readers' `blocked` time outweighs their `sleeping`).
+/// samples): data_io, from local storage when the readers are `blocked` (uninterruptible, as
+/// a read from a disk blocks) at least as long as they sleep and the node's storage shows the
+/// load (or has no figures). Readers that mostly sleep wait on sockets or pipes: the node's
+/// disk load, if any, is someone else's. Readers blocked while the disks are quiet wait in a
+/// network or FUSE filesystem (their requests block uninterruptibly too).
 fn add_input(
     lost: &mut LostTime,
     w: &WindowFigures,
@@ -323,7 +326,7 @@ fn add_input(
         return;
     }
     add(lost, Cause::Kind(Kind::DataIo), share);
-    let local = storage_busy(w, t).unwrap_or(blocked >= sleeping);
+    let local = blocked >= sleeping && storage_busy(w, t).unwrap_or(true);
     lost.input = Some(if local {
         InputSource::LocalStorage
     } else {
@@ -347,7 +350,8 @@ fn add_input(
 }
 
 /// Where remote input comes from, as the network figures name it: the NFS mount read most
-/// (with its round trip), else the job's ingress.
+/// (with its round trip), else the network or FUSE filesystems the job has mounted, and the
+/// job's ingress.
 fn remote_detail(w: &WindowFigures) -> String {
     if let Some(m) = w.mount.as_ref().filter(|m| m.requests_per_second >= 1.0) {
         return format!(
@@ -357,13 +361,21 @@ fn remote_detail(w: &WindowFigures) -> String {
             1000.0 * m.read_rtt_seconds
         );
     }
-    match w.job_ingress {
-        Some(ingress) if ingress > 0.0 => format!(
-            "; the job's network namespace receives {}",
-            super::rules::per_second(ingress)
-        ),
-        _ => String::new(),
+    let mut detail = String::new();
+    if !w.network_mounts.is_empty() {
+        detail += &format!(
+            "; the job has network or FUSE filesystems mounted: {}",
+            w.network_mounts.join(", ")
+        );
     }
+    if let Some(ingress) = w.job_ingress.filter(|i| *i > 0.0) {
+        detail += &format!(
+            "; {} received {}",
+            super::network::job_namespace(w),
+            super::rules::per_second(ingress)
+        );
+    }
+    detail
 }
 
 /// The idle time the main thread spent in Python: host_bound, except the part it spent

@@ -42,6 +42,15 @@ fn describe_link(link: &LinkLoad) -> String {
     )
 }
 
+/// Who received the job's traffic: its own namespace's interface, or the node's (a job in
+/// the node's namespace).
+pub fn job_namespace(w: &WindowFigures) -> String {
+    match &w.job_interface {
+        Some(interface) => format!("the job's network namespace ({interface})"),
+        None => "the node's physical interfaces (the job shares the node's namespace)".into(),
+    }
+}
+
 /// Evidence that a starving loop's input comes over the network: the NFS mount it is most
 /// likely reading (slow by its READ round trip), the job's ingress on a link whose receive
 /// side is near saturation, and the network or FUSE filesystems mounted (named, not scored:
@@ -89,7 +98,8 @@ pub fn remote_input(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
             threshold: 0.0,
             strength,
             detail: format!(
-                "the job's network namespace received {}{link}",
+                "{} received {}{link}",
+                job_namespace(w),
                 per_second(ingress)
             ),
         });

@@ -113,6 +113,9 @@ pub struct GpuObservation {
     pub job_ingress: Option<f64>,
     /// Bytes per second it transmitted.
     pub job_egress: Option<f64>,
+    /// Where that traffic is seen: the namespace's busiest interface, or `None` when the
+    /// process shares the node's namespace (its traffic is then the node's).
+    pub job_interface: Option<String>,
     /// The node's busiest physical link on this tick.
     pub link: Option<LinkLoad>,
     /// The busiest NFS mount of the node that the main GPU process has mounted, on this tick.
@@ -247,6 +250,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 throttled_clock_ratio: throttled_clock_ratio(device),
                 job_ingress: network.and_then(|n| Some(n.rates?.receive_bytes_per_second)),
                 job_egress: network.and_then(|n| Some(n.rates?.transmit_bytes_per_second)),
+                job_interface: network
+                    .filter(|n| !n.host_network)
+                    .and_then(|n| n.interface.clone()),
                 link: link.clone(),
                 mount: network.and_then(|n| busiest_mount(&snapshot.network, n)),
                 network_mounts: network

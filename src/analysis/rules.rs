@@ -109,6 +109,7 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         job_gap: None,
         job_ingress: m(|o| o.job_ingress),
         job_egress: m(|o| o.job_egress),
+        job_interface: window.last().and_then(|o| o.job_interface.clone()),
         link: window
             .last()
             .and_then(|o| o.link.clone())

@@ -189,6 +189,8 @@ pub struct ProcessNetwork {
     pub host_network: bool,
     /// Rates over the last interval.
     pub rates: Option<LinkRates>,
+    /// The interface of its namespace that received the most (`eth0` in a pod).
+    pub interface: Option<String>,
     /// The network and FUSE filesystems its mount namespace holds (`None` where its
     /// mountinfo is unreadable).
     pub mounts: Option<Vec<ProcessMount>>,

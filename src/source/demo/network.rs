@@ -160,6 +160,7 @@ fn process(pid: u32, role: Role) -> ProcessNetwork {
         pid,
         host_network: false,
         rates: rates(receive, transmit),
+        interface: Some("eth0".into()),
         mounts: Some(mounts),
     }
 }

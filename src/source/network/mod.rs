@@ -114,6 +114,11 @@ impl NetworkSource {
                 seen.retain(|i| physical.contains(&i.name.as_str()));
             }
             let bytes = nic::namespace_bytes(&seen);
+            let interface = seen
+                .iter()
+                .filter(|i| i.name != "lo")
+                .max_by_key(|i| i.receive_bytes)
+                .map(|i| i.name.clone());
             let rates = elapsed_since(previous.remove(&pid).as_ref(), now)
                 .and_then(|(seconds, before)| nic::link_rates(*before, bytes, seconds));
             self.previous_processes.insert(
@@ -141,6 +146,7 @@ impl NetworkSource {
                 pid,
                 host_network,
                 rates,
+                interface,
                 mounts,
             });
         }

@@ -182,6 +182,11 @@ pub struct Analysis {
     /// Link speed in bytes per second below which a link carrying a multi-node job's
     /// collectives is named as too slow (25 Gb/s, the usual floor for multi-node training).
     pub link_speed_min: f64,
+    /// How long a main thread sits in one collective, seen there in every stack sample while
+    /// its GPU reads busy (NCCL's kernels spin while they wait), before the GPU is reported
+    /// hung (ours: 2 minutes; a step's all-reduce takes milliseconds to seconds, and NCCL's
+    /// own watchdog waits 10 minutes before it aborts).
+    pub hang_after: ConfigDuration,
 }
 
 impl Default for Analysis {
@@ -219,6 +224,7 @@ impl Default for Analysis {
             nfs_rtt_high: 0.005,
             link_utilization_high: 0.8,
             link_speed_min: 3.125e9,
+            hang_after: ConfigDuration(Duration::from_secs(120)),
         }
     }
 }

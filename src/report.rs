@@ -113,13 +113,15 @@ fn lost_time_json(lost: &LostTime) -> Value {
     })
 }
 
-/// GPUs in report order: bottlenecks first (strongest first), then undetermined, idle, busy.
+/// GPUs in report order: hung ones, bottlenecks (strongest first), then undetermined, idle,
+/// busy.
 fn ranked(verdicts: &[GpuVerdict]) -> Vec<&GpuVerdict> {
     let rank = |v: &GpuVerdict| match v.primary {
-        Primary::Bottleneck(_) => 0,
-        Primary::Undetermined => 1,
-        Primary::Idle => 2,
-        Primary::Busy => 3,
+        Primary::Hung => 0,
+        Primary::Bottleneck(_) => 1,
+        Primary::Undetermined => 2,
+        Primary::Idle => 3,
+        Primary::Busy => 4,
     };
     let mut ordered: Vec<&GpuVerdict> = verdicts.iter().collect();
     ordered.sort_by(|a, b| {
@@ -144,11 +146,26 @@ fn primary_score(verdict: &GpuVerdict) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Whether any GPU has an active bottleneck (the `diagnose` exit code).
+/// Whether any GPU has an active bottleneck or is hung (the `diagnose` exit code).
 pub fn any_bottleneck(verdicts: &[GpuVerdict]) -> bool {
     verdicts
         .iter()
-        .any(|v| matches!(v.primary, Primary::Bottleneck(_)))
+        .any(|v| matches!(v.primary, Primary::Bottleneck(_) | Primary::Hung))
+}
+
+/// "in all_reduce at /job/train.py:97 for 3 min 20 s, the GPU spinning busy".
+fn hang_summary(hang: &crate::analysis::Hang) -> String {
+    let seconds = hang.seconds.round() as u64;
+    let frame = if hang.frame.is_empty() {
+        "a collective".to_string()
+    } else {
+        hang.frame.clone()
+    };
+    format!(
+        "in {frame} for {} min {} s, the GPU spinning busy",
+        seconds / 60,
+        seconds % 60
+    )
 }
 
 /// The JSON document: per GPU the primary verdict, explanation, next steps, and every kind
@@ -196,6 +213,13 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
             if let Some(lost) = &v.lost {
                 gpu["lost_time"] = lost_time_json(lost);
             }
+            if let Some(hang) = &v.hang {
+                gpu["hang"] = json!({
+                    "seconds": hang.seconds,
+                    "frame": hang.frame,
+                    "summary": hang_summary(hang),
+                });
+            }
             if let Some(stacks) = &v.figures.stacks {
                 gpu["main_thread"] = stacks_json(stacks);
             }
@@ -226,7 +250,10 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
                     .map(|c| format!(", costs {:.0} % of the GPU's time", 100.0 * c))
                     .unwrap_or_default()
             ),
-            None => v.primary.name().to_string(),
+            None => match (&v.hang, v.primary) {
+                (Some(hang), Primary::Hung) => format!("hung ({})", hang_summary(hang)),
+                _ => v.primary.name().to_string(),
+            },
         };
         let _ = writeln!(out, "GPU {} {}: {headline}", v.index, v.uuid);
         let _ = writeln!(out, "  {}", explanation(v));

@@ -209,6 +209,9 @@ pub enum Primary {
     Bottleneck(Kind),
     /// Neither: waiting without a recognised cause, or too little data yet.
     Undetermined,
+    /// The main thread has sat in one collective for `analysis.hang_after` while the GPU
+    /// spins in it: a peer never arrived. Worse than any bottleneck: nothing progresses.
+    Hung,
 }
 
 impl Primary {
@@ -219,6 +222,7 @@ impl Primary {
             Primary::Busy => "busy",
             Primary::Bottleneck(kind) => kind.name(),
             Primary::Undetermined => "undetermined",
+            Primary::Hung => "hung",
         }
     }
 }
@@ -238,13 +242,29 @@ pub struct GpuVerdict {
     pub figures: WindowFigures,
     /// Where the lost GPU time went (`None` while the GPU's busy fraction is unknown).
     pub lost: Option<LostTime>,
+    /// How long the main thread has sat in one collective while the GPU is busy (`None`
+    /// while it is not: every recent stack sample in that collective, the GPU above
+    /// `gpu_busy_above`).
+    pub hang: Option<Hang>,
+}
+
+/// A main thread sitting in one collective while its GPU spins.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hang {
+    /// Since how long, in seconds.
+    pub seconds: f64,
+    /// The collective's frame (`all_reduce at /job/train.py:97`).
+    pub frame: String,
 }
 
 impl GpuVerdict {
-    /// The basis of the primary verdict: its kind's, or for idle, busy and undetermined that
-    /// of the lost-time split (observed where the stacks decided it).
+    /// The basis of the primary verdict: its kind's; observed for hung (only the stacks see
+    /// it); for idle, busy and undetermined that of the lost-time split (observed where the
+    /// stacks decided it).
     pub fn basis(&self) -> Basis {
         match self.primary {
+            // Only the stacks can see a rank sitting in one collective.
+            Primary::Hung => Basis::Observed,
             Primary::Bottleneck(kind) => self
                 .kinds
                 .iter()

@@ -52,6 +52,7 @@ FAST = [
     "data_io_remote_store",
     "data_io_remote_http",
     "data_io_fuse_mount",
+    "communication_hung_collective",
 ]
 
 
@@ -102,6 +103,8 @@ def config(port, library, window, min_duration):
         "analysis:\n"
         f"  window: {window}s\n"
         f"  min_duration: {min_duration}s\n"
+        # A hang is minutes in a real job; a workload run lasts seconds.
+        "  hang_after: 10s\n"
     )
 
 
@@ -312,8 +315,9 @@ def table(rows):
     return "\n".join(lines)
 
 
-# Verdicts that are no claim about time (nothing to compare with the truth's time split).
-UNTIMED = ("memory_pressure", "hardware")
+# Verdicts that are no claim about time (nothing to compare with the truth's time split); a
+# hung job loses all of it, whatever the split of the rank's waiting says.
+UNTIMED = ("memory_pressure", "hardware", "hung")
 
 
 def judged(rows):

@@ -75,6 +75,7 @@ fn usual_explanation(primary: Primary) -> &'static str {
         Primary::Idle => "No process is using this GPU, or the one holding it runs no work: if it is allocated to a job, it is wasted capacity.",
         Primary::Busy => "The GPU is kept busy and nothing on the node holds it back: it is compute-bound.",
         Primary::Undetermined => "The GPU is not fully busy, but no rule matched clearly (or the window is still filling).",
+        Primary::Hung => "The training loop has sat in one collective for minutes while the GPU spins in it: a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
         Primary::Bottleneck(kind) => match kind {
             Kind::DataIo => "The GPU waits for input data: storage cannot deliver it fast enough (disk saturated, I/O stalls, loader workers blocked on reads).",
             Kind::DataCpu => "The GPU waits for input data: the CPU-side preprocessing (decode, augmentation) is too slow.",
@@ -95,6 +96,11 @@ fn usual_next_steps(primary: Primary) -> &'static [&'static str] {
         Primary::Idle => &["Release the GPU or check why the job that holds it is not running.", "Alert on allocated-but-idle GPUs to recover capacity."],
         Primary::Busy => &["Nothing to fix on the node; to go faster, reduce the model's work (mixed precision, better kernels, larger effective batch)."],
         Primary::Undetermined => &["Wait for a full window (30 s by default) and look again.", "Check gpu_bottleneck_score and gpu_bottleneck_unknown for near misses and missing inputs."],
+        Primary::Hung => &[
+            "Find the rank that did not arrive: the job's other GPUs (one that is not hung in the same collective), crashed or restarted pods, XID errors on their nodes.",
+            "Dump every rank's stacks (py-spy dump --pid on each node) and rerun with NCCL_DEBUG=INFO to see which peer each rank waits for.",
+            "Make a lost peer fail the job instead of hanging it: a timeout in init_process_group and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, so the scheduler can restart it.",
+        ],
         Primary::Bottleneck(kind) => match kind {
             Kind::DataIo => &[
                 "Move the data set to faster local storage (NVMe) or cache it in memory.",

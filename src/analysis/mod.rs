@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, VecDeque};
 use self::observation::{observe, GpuObservation};
 use self::rules::{score_all, window_figures};
 use crate::config::Analysis as Thresholds;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Activity, Snapshot};
 pub use crate::verdict::{
-    Basis, Cause, Evidence, GpuVerdict, InputSource, Kind, KindScore, KindVerdict, LinkLoad,
+    Basis, Cause, Evidence, GpuVerdict, Hang, InputSource, Kind, KindScore, KindVerdict, LinkLoad,
     LostTime, MountLoad, Primary, Sharing, WindowFigures,
 };
 
@@ -61,6 +61,9 @@ pub struct Analyzer {
     /// Per GPU, each tick of the window's lost-time split: (time, split).
     splits: BTreeMap<String, VecDeque<(f64, LostTime)>>,
     latches: BTreeMap<(String, Kind), Latch>,
+    /// Per GPU, since when its main thread has sat in one collective with the GPU busy, and
+    /// the collective's frame.
+    hangs: BTreeMap<String, (f64, String)>,
 }
 
 impl Analyzer {
@@ -132,6 +135,7 @@ impl Analyzer {
         let live: Vec<&String> = verdicts.iter().map(|v| &v.uuid).collect();
         self.latches.retain(|(uuid, _), _| live.contains(&uuid));
         self.splits.retain(|uuid, _| live.contains(&uuid));
+        self.hangs.retain(|uuid, _| live.contains(&uuid));
         verdicts
     }
 
@@ -172,6 +176,41 @@ impl Analyzer {
         let described = attribution::lost_time(window, inferred, t)?;
         let ticks: Vec<&LostTime> = splits.iter().map(|(_, split)| split).collect();
         Some(attribution::average(&ticks, described))
+    }
+
+    /// Whether the GPU's main thread still sits in the collective it sat in on the previous
+    /// tick: every recent stack sample there (a rank that makes progress leaves it between
+    /// steps), the same frame, and the GPU busy (NCCL's kernels spin while they wait).
+    fn hang(&mut self, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
+        let collective = Activity::ALL
+            .iter()
+            .position(|a| *a == Activity::Collective)?;
+        let stuck = now.stacks.as_ref().filter(|s| {
+            s.recent_samples >= RECENT_SAMPLES_MIN
+                && s.recent_shares[collective] >= 1.0 - 1e-9
+                && now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+        });
+        let Some(stacks) = stuck else {
+            self.hangs.remove(&now.uuid);
+            return None;
+        };
+        let frame = stacks
+            .top_frames
+            .iter()
+            .find(|f| f.activity == Activity::Collective)
+            .map(|f| format!("{} at {}", f.function, f.location))
+            .unwrap_or_default();
+        let entry = self
+            .hangs
+            .entry(now.uuid.clone())
+            .or_insert((at, frame.clone()));
+        if entry.1 != frame {
+            *entry = (at, frame.clone());
+        }
+        Some(Hang {
+            seconds: at - entry.0,
+            frame,
+        })
     }
 
     fn decide(
@@ -247,7 +286,13 @@ impl Analyzer {
                     .then(b.scored.kind.cmp(&a.scored.kind))
             })
             .map(|k| k.scored.kind);
+        let hang = self.hang(now, at, t);
+        let hung = hang
+            .as_ref()
+            .is_some_and(|h| h.seconds >= t.hang_after.0.as_secs_f64());
         let primary = match strongest {
+            // A job that makes no progress at all: whatever else holds it back waits behind.
+            _ if hung => Primary::Hung,
             Some(kind) => Primary::Bottleneck(kind),
             // No process, or processes that run no work (a job holding the GPU idle).
             None if idle || (figures.up && figures.busy.is_some_and(|b| b < rules::IDLE_BUSY)) => {
@@ -263,6 +308,7 @@ impl Analyzer {
             primary,
             figures,
             lost,
+            hang,
         }
     }
 }

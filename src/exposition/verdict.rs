@@ -16,6 +16,7 @@ pub(super) fn verdict_families(
     let mut unknown = Family::new(&VERDICT_UNKNOWN);
     let mut primary = Family::new(&PRIMARY);
     let mut lost_time = Family::new(&LOST_TIME);
+    let mut hang = Family::new(&HANG);
     for verdict in verdicts {
         let index = verdict.index.to_string();
         let device = gpus.and_then(|g| g.devices.iter().find(|d| d.uuid == verdict.uuid));
@@ -30,6 +31,7 @@ pub(super) fn verdict_families(
                 None => unknown.add(&labels, 1.0),
             }
         }
+        hang.add(&base, verdict.hang.as_ref().map_or(0.0, |h| h.seconds));
         let basis = verdict.basis().name();
         primary.add(
             &[
@@ -58,5 +60,5 @@ pub(super) fn verdict_families(
             }
         }
     }
-    out.extend([active, score, unknown, primary, lost_time]);
+    out.extend([active, score, unknown, primary, lost_time, hang]);
 }

@@ -1,0 +1,93 @@
+//! A hung job told from a busy one: a rank that sits in one collective in every stack sample
+//! while its GPU reads busy (NCCL's kernels spin while they wait) is hung once it has done so
+//! for `analysis.hang_after`; a communication-bound rank that leaves the collective between
+//! steps, or one whose GPU does not spin, is not.
+
+mod common;
+
+use common::exposition::value;
+use common::scenario::{healthy, run, stacks};
+use gpu_bottleneck_exporter::analysis::advice::{explanation, next_steps};
+use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::{Kind, Primary};
+use gpu_bottleneck_exporter::report::{any_bottleneck, text_report};
+use gpu_bottleneck_exporter::snapshot::Activity;
+
+/// A rank whose main thread is seen in its all-reduce in `share` of the samples, the GPU
+/// `busy`.
+fn in_collective(share: f64, busy: f64) -> GpuObservation {
+    let mut o = healthy("GPU-a");
+    o.busy = Some(busy);
+    o.idle_share = Some(0.0);
+    o.busiest_thread = Some(0.02);
+    o.stacks = stacks(Activity::Collective, share);
+    if let Some(s) = o.stacks.as_mut() {
+        s.top_frames[0].function = "all_reduce".into();
+        s.top_frames[0].location = "/job/train.py:97".into();
+    }
+    o
+}
+
+#[test]
+fn a_rank_stuck_in_one_collective_with_its_gpu_spinning_is_hung() {
+    // Before hang_after (2 minutes): a communication wait, said so with its duration.
+    let waiting = run(100, |_| in_collective(1.0, 1.0));
+    assert_eq!(waiting.primary, Primary::Bottleneck(Kind::Communication));
+    let hang = waiting.hang.as_ref().unwrap();
+    assert!((98.0..=100.0).contains(&hang.seconds), "{hang:?}");
+    // Past it: hung, whatever else is active, and `diagnose` exits as for a bottleneck.
+    let hung = run(150, |_| in_collective(1.0, 1.0));
+    assert_eq!(hung.primary, Primary::Hung);
+    assert_eq!(
+        hung.hang.as_ref().unwrap().frame,
+        "all_reduce at /job/train.py:97"
+    );
+    assert!(explanation(&hung).contains("peer never arrived"));
+    assert!(next_steps(&hung)[0].contains("rank that did not arrive"));
+    let report = text_report(std::slice::from_ref(&hung), false);
+    assert!(
+        report.contains("hung (in all_reduce at /job/train.py:97 for 2 min 2"),
+        "{report}"
+    );
+    assert!(any_bottleneck(&[hung.clone()]));
+    // On /metrics: the verdict and the time stuck.
+    let mut snapshot = gpu_bottleneck_exporter::snapshot::Snapshot {
+        verdicts: vec![hung],
+        ..Default::default()
+    };
+    snapshot.node = "test-node".into();
+    let (text, _) = common::render_pinned(&snapshot);
+    let f = common::exposition::parse(&text, false).unwrap();
+    assert_eq!(
+        value(
+            &f,
+            "gpu_verdict",
+            &[("verdict", "hung"), ("basis", "observed")]
+        ),
+        Some(1.0)
+    );
+    assert!(value(&f, "gpu_collective_hang_seconds", &[("gpu", "0")]).unwrap() >= 120.0);
+}
+
+#[test]
+fn a_rank_that_leaves_the_collective_between_steps_is_not_hung() {
+    // Communication-bound: 95 % of the samples in the all-reduce, the GPU spinning, but the
+    // loop comes back to Python every step.
+    let bound = run(300, |_| in_collective(0.95, 1.0));
+    assert_eq!(bound.primary, Primary::Bottleneck(Kind::Communication));
+    assert!(bound.hang.is_none());
+    // In the collective in every sample but the GPU does not spin (a host-side barrier, or
+    // the wait is elsewhere): no spinning kernel says the peer is awaited on the GPU.
+    let host_side = run(300, |_| in_collective(1.0, 0.1));
+    assert_ne!(host_side.primary, Primary::Hung);
+    // A different collective every now and then is progress: the clock starts again.
+    let moving = run(300, |s| {
+        let mut o = in_collective(1.0, 1.0);
+        if let Some(st) = o.stacks.as_mut() {
+            st.top_frames[0].location = format!("/job/train.py:{}", 90 + s / 60);
+        }
+        o
+    });
+    assert_ne!(moving.primary, Primary::Hung);
+    assert!(moving.hang.unwrap().seconds < 60.0);
+}

@@ -49,7 +49,7 @@ fn a_rank_stuck_in_one_collective_with_its_gpu_spinning_is_hung() {
         report.contains("hung (in all_reduce at /job/train.py:97 for 2 min 2"),
         "{report}"
     );
-    assert!(any_bottleneck(&[hung.clone()]));
+    assert!(any_bottleneck(std::slice::from_ref(&hung)));
     // On /metrics: the verdict and the time stuck.
     let mut snapshot = gpu_bottleneck_exporter::snapshot::Snapshot {
         verdicts: vec![hung],

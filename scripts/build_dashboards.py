@@ -60,6 +60,7 @@ POD_JOIN = 'on (instance, gpu, uuid, pid) group_left (pod_uid) gpu_process_cgrou
 GPU_POD = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid!=""})'
 POD_GPUS = 'max by (instance, gpu, uuid, pod_uid) (gpu_process_cgroup_info{pod_uid=~"$pod"})'
 NODE = 'instance=~"$node", gpu=~"$gpu"'
+JOB = 'namespace=~"$namespace", job_name=~"$job"'
 
 DASHBOARDS = {
     "cluster-overview.json": dashboard(
@@ -129,6 +130,33 @@ DASHBOARDS = {
                   legend=["pid {{pid}} {{state}}"], stack=True),
             panel("CPU quota throttling", "timeseries", [f"gpu_process_cgroup_cpu_throttled_ratio * {POD_JOIN}"], 0, 22, unit="percentunit", legend=["pid {{pid}}"]),
             panel("Verdicts of the pod's GPUs", "table", [f"{POD_GPUS} * on (instance, gpu, uuid) group_left (verdict) gpu_verdict"], 12, 22),
+        ],
+    ),
+    "job-ranks.json": dashboard(
+        "gbe-job", "GPU job: its ranks side by side",
+        "A training job's GPUs across the nodes it runs on (pods grouped by their job label or owner from kube-state-metrics, or a Slurm job): who lags, why, and whether it is hung.",
+        [variable("namespace", "Namespace", "label_values(job:gpu:count, namespace)", multi=False),
+         variable("job", "Job", 'label_values(job:gpu:count{namespace=~"$namespace"}, job_name)', multi=False)],
+        [
+            panel("GPUs", "stat", [f"job:gpu:count{{{JOB}}}"], 0, 0, w=6, h=5),
+            panel("Nodes", "stat", [f"job:gpu_nodes:count{{{JOB}}}"], 6, 0, w=6, h=5),
+            panel("Median busy fraction", "stat", [f"job:gpu_busy:median{{{JOB}}}"], 12, 0, w=6, h=5, unit="percentunit"),
+            panel("Hung GPUs", "stat", [f"sum(job:gpu_hung:count{{{JOB}}}) or vector(0)"], 18, 0, w=6, h=5,
+                  description="GPUs of the job whose main thread has sat in one collective for minutes while the GPU spins (verdict hung)."),
+            panel("Busy fraction of each GPU", "timeseries", [f"gpu:job_busy:ratio{{{JOB}}}", f"job:gpu_busy:median{{{JOB}}}"], 0, 5, unit="percentunit",
+                  legend=["{{instance}} GPU {{gpu}} ({{pod}})", "job median"],
+                  description="In synchronous training the job runs at its slowest rank's pace: a line far below the median is the straggler the others wait for."),
+            panel("Behind the job's median", "bargauge", [f"gpu:job_busy_behind_median:ratio{{{JOB}}}"], 12, 5, unit="percentunit", legend=["{{instance}} GPU {{gpu}}"],
+                  description="Median busy fraction minus each GPU's; GPUJobStraggler fires past 30 points for 10 minutes."),
+            panel("Verdict of each GPU", "table", [f"gpu:gpu_job:info{{{JOB}}} * on (instance, gpu, uuid) group_left (verdict) (gpu_verdict == 1)"], 0, 13, w=24,
+                  description="The straggler's own verdict is the job's cause."),
+            panel("The job's lost GPU time by cause", "timeseries", [f"sum by (cause) (gpu_lost_time_ratio * on (instance, gpu, uuid) group_left (job_name) gpu:gpu_job:info{{{JOB}}})"], 0, 19,
+                  legend=["{{cause}}"], stack=True, description="GPUs' worth of time the job loses, by cause, summed over its GPUs."),
+            panel("Network links of the job's nodes", "timeseries",
+                  [f"max by (instance, interface) (gpu_host_network_utilization_ratio * on (instance) group_left () group by (instance) (gpu:gpu_job:info{{{JOB}}}))",
+                   f"max by (instance, device, port) (gpu_host_infiniband_utilization_ratio * on (instance) group_left () group by (instance) (gpu:gpu_job:info{{{JOB}}}))"],
+                  12, 19, unit="percentunit", legend=["{{instance}} {{interface}}", "{{instance}} {{device}} port {{port}}"],
+                  description="The busier direction of each NIC and InfiniBand port on the nodes the job runs on: collectives crossing a saturated link make every rank wait."),
         ],
     ),
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The alert path end to end, on loopback: three demo exporters (`--demo-node 0..2`, cases
-rotating every 40 s), a real Prometheus (Debian `prometheus`) evaluating a copy of deploy/rules,
+"""The alert path end to end, on loopback: four demo exporters (`--demo-node 0..3`, cases
+rotating every 40 s), kube-state-metrics-shaped series in this script (`kube_pod_labels` of a
+JobSet whose four ranks run on the four nodes, the rank on node 3 lagging: its GPU is the one
+whose case is a sync stall), a real Prometheus (Debian `prometheus`) evaluating a copy of deploy/rules,
 a real Alertmanager (Debian `prometheus-alertmanager`) with a copy of
 deploy/alertmanager/alertmanager.yml, and a webhook receiver in this script. The copies only
 shorten time (`for:` to 3 s, range windows to 20 s, Alertmanager's group timers to 1 s) and
 point the receivers at the webhook; routing, grouping and inhibition are the shipped ones.
 
-Asserts that GPUDataStarvation reaches the `gpu-team` receiver with node, namespace, pod,
+Asserts that GPUJobStraggler reaches `gpu-team` for node 3's rank only, named with its job, pod
+and own verdict; that GPUDataStarvation reaches the `gpu-team` receiver with node, namespace, pod,
 verdict and the summary, description and runbook annotations, grouped by alertname, node and
 namespace; that GPUIdle and the idle GPUs' GPULowUtilization never arrive while
 GPUAllocatedIdle fires for the same GPU (and that Alertmanager holds them as inhibited, so the
@@ -30,8 +33,10 @@ import urllib.request
 
 import yaml
 
+import kube_state_metrics
+
 ROTATION_S = 40
-NODES = 3
+NODES = 4
 ROLES = 12  # GPUs of a demo node, one case each; the idle case is the last
 
 
@@ -87,6 +92,17 @@ def uuid(node, gpu):
     return f"GPU-de300000-{node:04x}-4000-8000-{gpu:012}"
 
 
+# The JobSet "llm-fsdp" of namespace vision: one rank on each node, on the GPU whose first case
+# is kernel efficiency (busy 96 %) on nodes 0-2 and a sync stall (busy 30 %) on node 3. Node n's
+# GPU i starts with case (i + n) mod 12; the vision pods are train-<i> (-n<node> past node 0).
+JOB_GPUS = {0: 4, 1: 3, 2: 2, 3: 0}
+LAGGING_NODE = 3
+
+
+def job_pod(node, gpu):
+    return f"train-{gpu}" + (f"-n{node}" if node else "")
+
+
 def main():
     exporter = os.path.abspath(sys.argv[1])
     work = tempfile.mkdtemp()
@@ -94,6 +110,8 @@ def main():
     webhook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
     threading.Thread(target=webhook.serve_forever, daemon=True).start()
     hook = f"http://127.0.0.1:{webhook.server_address[1]}"
+    state_metrics = kube_state_metrics.serve(
+        [("vision", job_pod(node, gpu), {"jobset.sigs.k8s.io/jobset-name": "llm-fsdp"}) for node, gpu in JOB_GPUS.items()])
     try:
         # The rules, with time shortened.
         rules = open("deploy/rules/gpu-bottleneck.rules.yml").read()
@@ -130,7 +148,10 @@ def main():
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [f"{work}/rules.yml"],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [{"job_name": "gpu-bottleneck-exporter", "static_configs": targets}],
+            "scrape_configs": [
+                {"job_name": "gpu-bottleneck-exporter", "static_configs": targets},
+                kube_state_metrics.scrape_config(state_metrics),
+            ],
         }
         with open(os.path.join(work, "prometheus.yml"), "w") as f:
             yaml.safe_dump(prometheus_config, f)
@@ -162,6 +183,24 @@ def main():
         if set(notification["groupLabels"]) != {"alertname", "node", "namespace"}:
             problems.append(f"grouped by {notification['groupLabels']}")
 
+        # The job's rank on node 3 lags the other three: a straggler there, and only there.
+        def straggler():
+            return [x for x in alerts("GPUJobStraggler", "firing") if x[2]["labels"].get("job_name") == "llm-fsdp"]
+        # The alert carries the straggler's verdict as it stands: until the exporter's latches
+        # settle (min_duration) that is `undetermined`, then the stall's own.
+        wait_for("GPUJobStraggler for the llm-fsdp job, with its verdict",
+                 lambda: [x for x in straggler() if x[2]["labels"].get("verdict") == "sync_stall"], ROTATION_S)
+        for receiver, _, a in straggler():
+            expected = {"node": f"gpu-demo-{LAGGING_NODE}", "uuid": uuid(LAGGING_NODE, JOB_GPUS[LAGGING_NODE]),
+                        "pod": job_pod(LAGGING_NODE, JOB_GPUS[LAGGING_NODE]), "namespace": "vision",
+                        "severity": "warning"}
+            for key, value in expected.items():
+                if a["labels"].get(key) != value:
+                    problems.append(f"GPUJobStraggler label {key}={a['labels'].get(key)!r}, expected {value!r}")
+            if receiver != "gpu-team":
+                problems.append(f"GPUJobStraggler went to {receiver}")
+        stragglers = sorted({a["labels"].get("node", "?") for _, _, a in straggler()})
+
         # The idle GPU of every node is allocated to a pod: GPUAllocatedIdle fires and holds
         # back GPUIdle and GPULowUtilization for that GPU.
         idle = {uuid(node, (ROLES - 1 - node) % ROLES) for node in range(NODES)}
@@ -192,7 +231,8 @@ def main():
         if problems:
             sys.exit("\n".join(problems))
         receivers = sorted({(r, a["labels"]["alertname"]) for r, _, a in alerts()})
-        print(f"GPUDataStarvation notified {arrived:.0f} s after start with node, namespace, pod, verdict and its annotations; "
+        print(f"GPUJobStraggler notified for {', '.join(stragglers)} only (job llm-fsdp over {NODES} nodes); "
+              f"GPUDataStarvation notified {arrived:.0f} s after start with node, namespace, pod, verdict and its annotations; "
               f"resolved at {resolved:.0f} s after its case rotated away; held back as inhibited: {', '.join(held_names)}; "
               f"notified: {', '.join(f'{n} -> {r}' for r, n in receivers)}")
     finally:
@@ -205,6 +245,7 @@ def main():
                 process.kill()
                 process.wait()
         webhook.shutdown()
+        state_metrics.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 
 

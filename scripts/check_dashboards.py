@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End to end: the exporter on its demo node, scraped by a real Prometheus server on loopback
-that evaluates deploy/rules; then every query of every dashboard (with its variables filled
+that evaluates deploy/rules (with kube-state-metrics-shaped pod labels making the demo's vision
+pods one JobSet, for the job dashboard); then every query of every dashboard (with its variables filled
 from the data) must return data, every rule must evaluate without error, and the demo's
 starving GPU must bring GPUDataStarvation to pending.
 
@@ -18,6 +19,8 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+
+import kube_state_metrics
 
 SETTLE_SECONDS = 25  # verdicts need 10 s of evidence; rules and rates a few evaluations more
 
@@ -51,13 +54,18 @@ def main():
     work = tempfile.mkdtemp()
     exporter_port, prometheus_port = free_port(), free_port()
     rules = [os.path.abspath(p) for p in glob.glob("deploy/rules/*.yml")]
+    # The demo node's vision pods (GPUs 0-5) are the ranks of one JobSet, for the job dashboard.
+    state_metrics = kube_state_metrics.serve(
+        [("vision", f"train-{gpu}", {"jobset.sigs.k8s.io/jobset-name": "vision-train"}) for gpu in range(6)])
     with open(os.path.join(work, "prometheus.yml"), "w") as f:
-        f.write(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            f"rule_files: {json.dumps(rules)}\n"
-            "scrape_configs:\n  - job_name: gpu-bottleneck-exporter\n"
-            f"    static_configs:\n      - targets: ['127.0.0.1:{exporter_port}']\n"
-        )
+        json.dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": rules,
+            "scrape_configs": [
+                {"job_name": "gpu-bottleneck-exporter", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]},
+                kube_state_metrics.scrape_config(state_metrics),
+            ],
+        }, f)
     exporter = subprocess.Popen([binary, "serve", "--demo", "--listen", f"127.0.0.1:{exporter_port}"], stderr=subprocess.DEVNULL)
     server = subprocess.Popen(
         [prometheus, f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/data", f"--web.listen-address=127.0.0.1:{prometheus_port}"],
@@ -112,6 +120,7 @@ def main():
         for process in (server, exporter):
             process.terminate()
             process.wait(timeout=20)
+        state_metrics.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 
 

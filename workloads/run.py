@@ -349,6 +349,14 @@ def summary(rows):
     return "\n".join(lines)
 
 
+def save(rows, path):
+    """Writes the rows so far (a long run stopped early keeps what it measured)."""
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(rows, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--real", action="store_true", help="real GPUs, real NVML, CUDA PyTorch")
@@ -362,7 +370,7 @@ def main():
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--json", help="also write the rows here (after every run)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")
     parser.add_argument("--min-agreement", type=float, help="exit 1 when fewer runs agree with the truth's primary")
     parser.add_argument("--max-mae", type=float, help="exit 1 when the mean absolute error of the lost-time shares is larger")
@@ -384,6 +392,7 @@ def main():
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = 3 if loop["disturbance"] == "hogs" else 0
             rows += run_one(name, random_loop, args, ["--loop-seed", str(loop_seed)], hogs=hogs)
+            save(rows, args.json)
     else:
         suite = workloads()
         chosen = [n for n in args.only.split(",") if n] or (FAST if args.fast else list(suite))
@@ -393,11 +402,9 @@ def main():
         for name in chosen:
             print(f"{name} ...", file=sys.stderr, flush=True)
             rows += run_one(name, suite[name], args)
+            save(rows, args.json)
     print(table(rows))
     print(summary(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
     if args.strict and not all(r["ok"] for r in rows):
         sys.exit(1)
     compared = judged(rows)

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::scenario::{active, healthy, run, stacks};
+use common::scenario::{active, healthy, remote_loader, run, stacks};
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
 use gpu_bottleneck_exporter::snapshot::{Activity, ProcessStacks};
@@ -33,20 +33,9 @@ fn kind_score(verdict: &GpuVerdict, kind: Kind) -> f64 {
 /// involved, GPU 25 % busy; the stacks saw the loop wait for its loader in 94 % of 243
 /// samples. The counter rules said sync_stall 0.92 ("bursty GPU, quiet CPU").
 fn remote_store(o: &mut GpuObservation) {
-    o.busy = Some(0.25);
-    o.idle_share = Some(0.6);
-    o.busiest_thread = Some(0.04);
-    o.workers = Some(2);
-    o.workers_max_cpu = Some(0.04);
-    o.workers_cpu = Some(0.06);
-    o.workers_disk_wait = Some(0);
-    o.disk_util = Some(0.01);
-    o.iowait = Some(0.0);
-    o.psi_io = Some(0.0);
-    o.host_cpu = Some(0.05);
+    remote_loader(o);
     o.own_cpu = Some(0.03);
     o.other_cpu = Some(0.02);
-    o.cpu_wait = Some(0.0);
     o.job_cpus = Some(2.0);
     o.stacks = seen(243, [0.94, 0.05, 0.0, 0.01, 0.0]);
 }

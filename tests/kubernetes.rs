@@ -658,6 +658,23 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             None,
             "{who}"
         );
+        // The network: interfaces and each process's namespace traffic are anyone's to read;
+        // the node's mount statistics (pid 1's mountstats, mode 0400) are uid 0's.
+        let source = |metric: &str, name: &str| value(&page, metric, &[("source", name)]);
+        assert_eq!(
+            source("gpu_exporter_source_up", "network"),
+            Some(1.0),
+            "{who}"
+        );
+        assert!(
+            value(&page, "gpu_process_host_network", &[("pid", &foreign_pid)]).is_some(),
+            "{who}: another user's namespace traffic"
+        );
+        assert_eq!(
+            source("gpu_exporter_source_supported", "network_filesystems"),
+            Some(if who == "nobody" { 0.0 } else { 1.0 }),
+            "{who}"
+        );
         let pod = value(&page, "gpu_pod_info", &[("gpu", "0"), ("pod", "train-0")]);
         if who == "nobody" {
             assert_eq!(read_bytes(&capless_pid), None, "root's io is not nobody's");

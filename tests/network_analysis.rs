@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::scenario::{active, healthy, run, stacks};
+use common::scenario::{active, healthy, remote_loader, run, stacks};
 use gpu_bottleneck_exporter::analysis::advice::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{
@@ -15,18 +15,7 @@ use gpu_bottleneck_exporter::snapshot::Activity;
 /// A loop whose two workers read small files from an NFS mount (25 ms a READ round trip),
 /// the local disks quiet, the GPU 25 % busy.
 fn nfs_loader(o: &mut GpuObservation) {
-    o.busy = Some(0.25);
-    o.idle_share = Some(0.6);
-    o.busiest_thread = Some(0.04);
-    o.workers = Some(2);
-    o.workers_max_cpu = Some(0.04);
-    o.workers_cpu = Some(0.06);
-    o.workers_disk_wait = Some(0);
-    o.disk_util = Some(0.01);
-    o.iowait = Some(0.0);
-    o.psi_io = Some(0.0);
-    o.host_cpu = Some(0.05);
-    o.cpu_wait = Some(0.0);
+    remote_loader(o);
     o.job_ingress = Some(8e6);
     o.mount = Some(MountLoad {
         mount_point: "/mnt/datasets".into(),

@@ -3,13 +3,12 @@ runs in a network namespace of its own, the training loop in a pod's namespace, 
 veth pair whose store side sends at most 32 Mbit/s (htb). Each sample is a 96x96 JPEG padded
 to 160 kB (a high-resolution image's size), so two loader workers wait on their sockets for
 the link while the GPU starves: data_io from a remote source, the job's ingress named."""
-import http.server
-import subprocess
+import os
 import sys
-import threading
 import urllib.request
 
 import common
+import data_io_remote_store
 import emugpu
 import netpath
 
@@ -20,31 +19,6 @@ EXPECT_DETAIL = {0: "the job's network namespace (eth0) received"}
 SKIP = netpath.missing_for_namespaces
 SAMPLE_BYTES = 160_000
 PORT = 8080
-
-
-def serve(files, seconds):
-    """The storage host: every sample, padded, on the store namespace's address."""
-    blobs = []
-    for path in files:
-        with open(path, "rb") as f:
-            data = f.read()
-        # Bytes after the JPEG's end marker are ignored by the decoder.
-        blobs.append(data + bytes(max(0, SAMPLE_BYTES - len(data))))
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = blobs[int(self.path.strip("/")) % len(blobs)]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_):
-            pass
-
-    server = http.server.ThreadingHTTPServer((netpath.STORE_ADDRESS, PORT), Handler)
-    threading.Timer(seconds, server.shutdown).start()
-    server.serve_forever()
 
 
 class StreamedImages(common.Images):
@@ -61,11 +35,8 @@ def main(argv=None):
     files = common.dataset(args.data, "small", 2000, 96, 96)
     link = netpath.Link(rate="32mbit")
     netpath.on_exit(link.remove)
-    # The storage host is nobody's child (not one of the loop's workers): a shell that exits
-    # at once starts it, in the workload's process group so that the runner stops it too.
-    command = [sys.executable, __file__, "--serve", link.store, args.data, str(args.seconds + 10)]
-    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
-    subprocess.run(["sh", "-c", f"nohup {quoted} >/dev/null 2>&1 &"], check=True)
+    # The storage host, in its namespace: nobody's child, not one of the loop's workers.
+    data_io_remote_store.detached("data_io_remote_http.py", "--serve", link.store, args.data, str(args.seconds + 10))
     # The loop and its workers (forked later) live in the pod's namespace.
     netpath.setns(link.pod)
     netpath.wait_for(netpath.STORE_ADDRESS, PORT)
@@ -78,6 +49,8 @@ def main(argv=None):
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--serve":
         netpath.setns(sys.argv[2])
-        serve(common.dataset(sys.argv[3], "small", 2000, 96, 96), float(sys.argv[4]))
+        files = common.dataset(sys.argv[3], "small", 2000, 96, 96)
+        blobs = data_io_remote_store.blobs_of(os.path.dirname(files[0]), SAMPLE_BYTES)
+        data_io_remote_store.serve(blobs, netpath.STORE_ADDRESS, PORT, 0.0, float(sys.argv[4]))
     else:
         main()

@@ -2,10 +2,12 @@
 local disk involved: two loader workers sleep on their sockets while the GPU waits, and the loop
 calls loss.item() every step, as many do. The store runs on loopback in a process of its own
 (adopted by init, as a storage host is nobody's child)."""
+import http.server
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -16,42 +18,53 @@ GPUS = 1
 EXPECT = {0: "data_io"}
 LATENCY = 0.025
 
-STORE = r"""
-import http.server, os, sys, time
-files, latency, port_file, seconds = sys.argv[1], float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-names = sorted(f for f in os.listdir(files) if f.endswith(".jpg"))
-blobs = [open(os.path.join(files, n), "rb").read() for n in names]
+def serve(blobs, address, port, latency, seconds, port_file=None):
+    """An object store: GET /<i> answers sample i's bytes after `latency` seconds, on
+    (address, port) (port 0: any, written to `port_file`), for `seconds`."""
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        time.sleep(latency)
-        body = blobs[int(self.path.strip("/")) % len(blobs)]
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(latency)
+            body = blobs[int(self.path.strip("/")) % len(blobs)]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    def log_message(self, *_):
-        pass
+        def log_message(self, *_):
+            pass
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-server.timeout = 0.5
-with open(port_file + ".tmp", "w") as f:
-    f.write(str(server.server_address[1]))
-os.rename(port_file + ".tmp", port_file)
-end = time.time() + seconds
-while time.time() < end:
-    server.handle_request()
-"""
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
+    if port_file:
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(server.server_address[1]))
+        os.rename(port_file + ".tmp", port_file)
+    threading.Timer(seconds, server.shutdown).start()
+    server.serve_forever()
+
+
+def blobs_of(directory, size=0):
+    """The data set's JPEGs as bytes, each padded to `size` (bytes after a JPEG's end marker
+    are ignored by the decoder)."""
+    names = sorted(f for f in os.listdir(directory) if f.endswith(".jpg"))
+    blobs = [open(os.path.join(directory, n), "rb").read() for n in names]
+    return [b + bytes(max(0, size - len(b))) for b in blobs]
+
+
+def detached(*arguments):
+    """Runs this directory's `arguments[0]` script with the rest as a process init adopts (a
+    shell that exits at once starts it: a storage host is nobody's child), in the caller's
+    process group so that the runner stops it too."""
+    command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), arguments[0]), *arguments[1:]]
+    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
+    subprocess.run(["sh", "-c", f"nohup {quoted} >/dev/null 2>&1 &"], check=True)
 
 
 def start_store(directory, seconds, latency=LATENCY):
     """The store, as a process init adopts (a shell that exits at once starts it), answering
     each request after `latency` seconds; its port."""
     port_file = os.path.join(tempfile.mkdtemp(prefix="store-"), "port")
-    command = [sys.executable, "-c", STORE, directory, str(latency), port_file, str(seconds)]
-    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
-    subprocess.Popen(["sh", "-c", f"nohup {quoted} >/dev/null 2>&1 &"]).wait()
+    detached("data_io_remote_store.py", "--serve", directory, str(latency), port_file, str(seconds))
     deadline = time.monotonic() + 30
     while not os.path.exists(port_file):
         if time.monotonic() > deadline:
@@ -84,4 +97,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 6 and sys.argv[1] == "--serve":
+        directory, latency, port_file, seconds = sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+        serve(blobs_of(directory), "127.0.0.1", 0, latency, seconds, port_file)
+    else:
+        main()

@@ -59,6 +59,23 @@ pub fn healthy(uuid: &str) -> GpuObservation {
     }
 }
 
+/// A loop whose two loader workers wait for input that is not on the local disk: the GPU 25 %
+/// busy and bursty, the workers asleep, the disks, the host and the main thread quiet.
+pub fn remote_loader(o: &mut GpuObservation) {
+    o.busy = Some(0.25);
+    o.idle_share = Some(0.6);
+    o.busiest_thread = Some(0.04);
+    o.workers = Some(2);
+    o.workers_max_cpu = Some(0.04);
+    o.workers_cpu = Some(0.06);
+    o.workers_disk_wait = Some(0);
+    o.disk_util = Some(0.01);
+    o.iowait = Some(0.0);
+    o.psi_io = Some(0.0);
+    o.host_cpu = Some(0.05);
+    o.cpu_wait = Some(0.0);
+}
+
 /// Runs `seconds` one-second ticks of one GPU whose observation at second `s` is `at(s)`,
 /// with default thresholds; returns the last verdict.
 pub fn run(seconds: u32, at: impl Fn(u32) -> GpuObservation) -> GpuVerdict {

@@ -280,13 +280,34 @@ impl NetworkFilesystemsSource {
     }
 }
 
+impl NetworkFilesystemsSource {
+    /// The node's mountstats: pid 1's, which only uid 0 may read (mode 0400); the exporter's
+    /// own where pid 1 is not visible (no hostPID).
+    fn read_mountstats(&self) -> Result<String, SourceError> {
+        let node = self.roots.procfs.join("1/mountstats");
+        match std::fs::read_to_string(&node) {
+            Ok(text) => Ok(text),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(SourceError::Unsupported(format!(
+                    "{}: {e} (readable by uid 0 only: run the exporter as uid 0, as the DaemonSet does)",
+                    node.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.roots.read_proc("self/mountstats")
+            }
+            Err(e) => Err(SourceError::io(&node, &e)),
+        }
+    }
+}
+
 impl Source for NetworkFilesystemsSource {
     fn name(&self) -> &'static str {
         "network_filesystems"
     }
 
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
-        let text = read_node_file(&self.roots, "mountstats")?;
+        let text = self.read_mountstats()?;
         let entries = mounts::parse_mountstats(&text)
             .map_err(|e| SourceError::Failed(format!("mountstats: {e}")))?;
         let mut previous = std::mem::take(&mut self.previous);

@@ -19,6 +19,7 @@ command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
 # libfuse 3 for the one that reads through a FUSE mount.
 command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""
@@ -67,6 +68,16 @@ embedded=$(mktemp --suffix=.yml)
 python3 scripts/build_manifests.py --check "$embedded"
 promtool check rules "$embedded"
 rm -f "$embedded"
+
+step "systemd unit: systemd-analyze verify (against the built binary)"
+unit_dir=$(mktemp -d)
+sed "s#/usr/local/bin/gpu-bottleneck-exporter#$PWD/target/debug/gpu-bottleneck-exporter#" \
+  deploy/systemd/gpu-bottleneck-exporter.service >"$unit_dir/gpu-bottleneck-exporter.service"
+systemd-analyze verify "$unit_dir/gpu-bottleneck-exporter.service"
+rm -rf "$unit_dir"
+
+step "README and docs/: every relative link resolves, every config key is documented"
+python3 scripts/check_docs.py
 
 step "Helm chart: lint, render, schemas, toggles"
 python3 scripts/check_helm.py target/debug/gpu-bottleneck-exporter

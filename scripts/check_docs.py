@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The README and docs/ hold together: every relative link (and #anchor) in README.md and
+docs/*.md resolves, every configuration key src/config.rs accepts appears in
+docs/configuration.md, and that file's key reference is in step with config.example.yaml."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+
+def anchors(path):
+    """The heading anchors of a Markdown file, as GitHub makes them."""
+    found = set()
+    for line in open(path):
+        match = re.match(r"#+\s+(.*)", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).strip().lower().replace("`", ""))
+            found.add(slug.replace(" ", "-"))
+    return found
+
+
+def broken_links(paths):
+    broken = []
+    for path in paths:
+        text = re.sub(r"```.*?```", "", open(path).read(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^(https?|mailto):", target):
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(resolved):
+                broken.append(f"{path}: {target} (no {resolved})")
+            elif anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
+                broken.append(f"{path}: {target} (no heading #{anchor} in {resolved})")
+    return broken
+
+
+def config_keys(path="src/config.rs"):
+    """The field names of every struct the configuration file deserializes into."""
+    keys, text = set(), open(path).read()
+    for block in re.findall(r"#\[derive\([^)]*Deserialize[^)]*\)\][^{]*?pub struct \w+ \{(.*?)\n\}", text, flags=re.S):
+        keys.update(re.findall(r"^\s*pub (\w+):", block, flags=re.M))
+    return keys
+
+
+def main():
+    problems = broken_links(["README.md", *sorted(glob.glob("docs/*.md"))])
+    reference = open("docs/configuration.md").read()
+    documented = {part for key in re.findall(r"`([\w.]+)`", reference) for part in key.split(".")}
+    problems += [f"config key {k} (src/config.rs) missing from docs/configuration.md" for k in sorted(config_keys() - documented)]
+    build = subprocess.run([sys.executable, "scripts/build_config_reference.py", "--check"], capture_output=True, text=True)
+    if build.returncode:
+        problems.append(build.stderr.strip())
+    if problems:
+        sys.exit("\n".join(problems))
+    print(f"every link in README.md and docs/ resolves; {len(config_keys())} config keys documented")
+
+
+if __name__ == "__main__":
+    main()

@@ -683,7 +683,7 @@ mod tests {
         let lost = split(WindowFigures {
             busy: Some(0.9),
             sm_activity: Some(0.1),
-            sharing: Some(crate::verdict::Sharing {
+            sharing: Some(crate::snapshot::Sharing {
                 working: Some(2),
                 main_work_share: Some(0.5),
                 ..Default::default()

@@ -14,7 +14,7 @@ use self::observation::{observe, GpuObservation};
 use self::rules::{score_all, window_figures};
 use crate::config::Analysis as Thresholds;
 use crate::snapshot::{Activity, Snapshot};
-pub use crate::verdict::{
+pub use crate::snapshot::{
     Basis, Cause, Evidence, GpuVerdict, Hang, InputSource, Kind, KindScore, KindVerdict, LinkLoad,
     LostTime, MountLoad, Primary, Sharing, WindowFigures,
 };

@@ -165,7 +165,7 @@ pub fn strongest(evidence: &[Evidence]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::MountLoad;
+    use crate::snapshot::MountLoad;
 
     fn link(receive: f64, transmit: f64, gbits: f64) -> Option<LinkLoad> {
         Some(LinkLoad {

@@ -4,10 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::snapshot::{
-    Culprits, GpuDevice, LinkRates, NetworkSnapshot, ProcessContext, ProcessNetwork, ProcessStacks,
-    Snapshot,
+    Culprits, GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext,
+    ProcessNetwork, ProcessStacks, Snapshot,
 };
-use crate::verdict::{LinkLoad, MountLoad};
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync

@@ -6,9 +6,11 @@
 
 mod network;
 mod process;
+mod verdict;
 
 pub use network::*;
 pub use process::*;
+pub use verdict::*;
 
 /// Everything sampled on one tick.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,7 +48,7 @@ pub struct Snapshot {
     /// Whether the kernel's delay accounting is on (`None`: not known).
     pub delay_accounting: Option<bool>,
     /// Per GPU, why it waits (filled by the analysis after the sources).
-    pub verdicts: Vec<crate::verdict::GpuVerdict>,
+    pub verdicts: Vec<GpuVerdict>,
     /// How each enabled source fared on this tick, in configuration order.
     pub sources: Vec<SourceStatus>,
     /// Ticks taken since start, this one included.

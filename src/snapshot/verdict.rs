@@ -1,9 +1,10 @@
 //! What the analysis concludes, as plain data: per GPU and bottleneck kind a score, its
 //! evidence and whether it is active, the primary verdict, and the window figures behind them.
-//! It sits beside the snapshot (which carries the verdicts of its tick) so that the data model
-//! depends on no stage; `analysis` computes these values, `exposition` and `report` show them.
+//! Part of the snapshot (which carries the verdicts of its tick): the data model has one home
+//! and depends on no stage; `analysis` computes these values, `exposition` and `report` show
+//! them.
 
-use crate::snapshot::{Activity, Culprits, ProcessStacks};
+use super::{Activity, Culprits, ProcessStacks};
 
 /// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

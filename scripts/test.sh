@@ -20,6 +20,7 @@ command -v amtool >/dev/null || missing+=(prometheus-alertmanager)
 command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v tmux >/dev/null || missing+=(tmux)  # `top` is tested as a person runs it
 if ((${#missing[@]})); then
   step "installing ${missing[*]}"
   sudo=""

@@ -15,4 +15,5 @@ pub mod report;
 pub mod sampler;
 pub mod snapshot;
 pub mod source;
+pub mod top;
 pub mod web;

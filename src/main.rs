@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use gpu_bottleneck_exporter::config::{Config, ConfigDuration, LogLevel, Overrides};
 use gpu_bottleneck_exporter::daemon::{self, ServeError};
-use gpu_bottleneck_exporter::diagnose;
 use gpu_bottleneck_exporter::source::demo::{DemoSource, ROTATION};
+use gpu_bottleneck_exporter::{diagnose, top};
 
 /// Tells why a GPU waits: samples GPUs and the host around them and serves it on /metrics.
 #[derive(Parser)]
@@ -29,6 +29,11 @@ enum Command {
     /// Sample this node for a while and print why each GPU waits. Exit code 3 when a GPU has
     /// a bottleneck, 0 when none does.
     Diagnose(DiagnoseArgs),
+    /// A live view of the node, one row per GPU, refreshed every second: busy, SM activity,
+    /// memory, verdict, where the lost time goes, evidence, process, pod and frame. Samples
+    /// this node (or --demo), or reads a running exporter (--url). A plain table when stdout
+    /// is not a terminal.
+    Top(TopArgs),
     /// Read a password on standard input and print its bcrypt hash for `basic_auth_users` in
     /// the web configuration file.
     HashPassword {
@@ -103,6 +108,34 @@ struct DiagnoseArgs {
     json: bool,
 }
 
+#[derive(Args, Clone)]
+struct TopArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Read a running exporter instead of sampling this node: http://host:port or
+    /// https://host:port.
+    #[arg(long, value_name = "URL", conflicts_with = "demo")]
+    url: Option<String>,
+    /// Basic-auth user for --url.
+    #[arg(long, value_name = "USER", requires = "url")]
+    user: Option<String>,
+    /// File whose first line is the basic-auth password.
+    #[arg(long, value_name = "FILE", requires = "user")]
+    password_file: Option<PathBuf>,
+    /// PEM CA certificate that signed the exporter's certificate (https).
+    #[arg(long = "tls.ca-file", value_name = "FILE", requires = "url")]
+    ca_file: Option<PathBuf>,
+    /// PEM client certificate, where the exporter requires one.
+    #[arg(long = "tls.cert-file", value_name = "FILE", requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    #[arg(long = "tls.key-file", value_name = "FILE", requires = "cert_file")]
+    key_file: Option<PathBuf>,
+    /// In the plain-text mode (stdout not a terminal): stop after this many refreshes.
+    #[arg(long, value_name = "N")]
+    refreshes: Option<u64>,
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     ConfigDuration::parse(text).map(|d| d.0)
 }
@@ -171,6 +204,30 @@ fn main() -> ExitCode {
             }
         }
         Command::HashPassword { cost } => hash_password(cost),
+        Command::Top(args) => {
+            let config = match load(&args.common, None) {
+                Ok(config) => config,
+                Err(code) => return code,
+            };
+            let source = match args.url {
+                Some(url) => top::Source::Remote(top::Remote {
+                    url,
+                    user: args.user,
+                    password_file: args.password_file,
+                    ca_file: args.ca_file,
+                    cert_file: args.cert_file,
+                    key_file: args.key_file,
+                }),
+                None => top::Source::local(&config, args.common.demo_node()),
+            };
+            match top::run(source, args.refreshes) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("{error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Diagnose(args) => {
             let config = match load(&args.common, None) {
                 Ok(config) => config,

@@ -201,9 +201,17 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                     })
                 })
                 .collect();
+            let figures = &v.figures;
             let mut gpu = json!({
                 "gpu": v.index,
                 "uuid": v.uuid,
+                "figures": {
+                    "busy": figures.busy,
+                    "sm_activity": figures.sm_activity,
+                    "memory_used": figures.memory_used_ratio,
+                    "process": figures.main_process,
+                    "pod": figures.pod,
+                },
                 "primary": v.primary.name(),
                 "basis": v.basis().name(),
                 "explanation": explanation(v),

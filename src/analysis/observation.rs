@@ -121,6 +121,10 @@ pub struct GpuObservation {
     pub mount: Option<MountLoad>,
     /// The network and FUSE mounts the main GPU process sees, described.
     pub network_mounts: Vec<String>,
+    /// The main GPU process (`pid 4242 (python3)`).
+    pub main_process: Option<String>,
+    /// The pod the GPU is assigned to (`namespace/pod`).
+    pub pod: Option<String>,
 }
 
 /// Per-process SM share at or above which a process does a real share of a GPU's work: a
@@ -254,6 +258,11 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .and_then(|n| n.interface.clone()),
                 link: link.clone(),
                 mount: network.and_then(|n| busiest_mount(&snapshot.network, n)),
+                main_process: main.map(|p| format!("pid {} ({})", p.pid, p.command)),
+                pod: device
+                    .pods
+                    .first()
+                    .map(|p| format!("{}/{}", p.namespace, p.pod)),
                 network_mounts: network
                     .and_then(|n| n.mounts.as_ref())
                     .into_iter()

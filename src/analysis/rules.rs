@@ -140,6 +140,8 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
             .last()
             .map(|o| o.network_mounts.clone())
             .unwrap_or_default(),
+        main_process: window.last().and_then(|o| o.main_process.clone()),
+        pod: window.last().and_then(|o| o.pod.clone()),
     }
 }
 

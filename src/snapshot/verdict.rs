@@ -374,6 +374,10 @@ pub struct WindowFigures {
     /// The network and FUSE mounts the main GPU process sees, described
     /// (`fuse.s3fs at /mnt/bucket (s3fs)`).
     pub network_mounts: Vec<String>,
+    /// The main GPU process as last seen (`pid 4242 (python3)`).
+    pub main_process: Option<String>,
+    /// The pod the GPU is assigned to as last seen (`namespace/pod`).
+    pub pod: Option<String>,
 }
 
 /// How loaded a physical link is.

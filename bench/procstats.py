@@ -1,14 +1,12 @@
-"""What the benchmark scripts read about a process, and a free loopback port."""
+"""What the benchmark scripts read about a process (and the loopback helpers every standalone
+script shares, from scripts/loopback.py)."""
 import os
-import socket
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from loopback import free_port, get, wait_for_url  # noqa: E402,F401  (re-exported)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid):

@@ -34,27 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-from procstats import cpu_seconds, free_port, memory_mib
+from procstats import cpu_seconds, free_port, get, memory_mib
+from procstats import wait_for_url as wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRAPE_EVERY = 15.0
-
-
-def get(url, timeout=10):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.read().decode("utf-8", "replace")
-
-
-def wait_for(url, seconds=60):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            return get(url)
-        except OSError:
-            time.sleep(0.3)
-    return None
 
 
 def series(page):

@@ -23,32 +23,20 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import yaml
 
 import kube_state_metrics
+from loopback import free_port, get_json
 
 ROTATION_S = 40
 NODES = 4
 ROLES = 12  # GPUs of a demo node, one case each; the idle case is the last
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.load(response)
 
 
 class Webhook(http.server.BaseHTTPRequestHandler):

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,19 +20,9 @@ import urllib.parse
 import urllib.request
 
 import kube_state_metrics
+from loopback import free_port, get_json as get
 
 SETTLE_SECONDS = 25  # verdicts need 10 s of evidence; rules and rates a few evaluations more
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
 
 
 def wait_ready(url, deadline):

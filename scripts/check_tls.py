@@ -8,7 +8,6 @@ usage: check_tls.py BINARY
 
 import base64
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,14 +18,10 @@ import urllib.request
 
 import bcrypt
 
+from loopback import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tls")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def context(client=None, max_version=None):

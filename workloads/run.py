@@ -26,7 +26,6 @@ import importlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
 import random_loop  # noqa: E402
 import truth  # noqa: E402
+from loopback import free_port  # noqa: E402
 
 # The subset the test command runs: one per family of signal (the GPU timeline's shape and
 # SM activity, the main thread, CUDA's blocking wait, the process table, a loader waiting on a
@@ -67,12 +69,6 @@ def workloads():
         if hasattr(module, "EXPECT"):
             found[name] = module
     return found
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scenario(gpus, timelines):

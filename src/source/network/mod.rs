@@ -1,5 +1,5 @@
-//! The network around the GPUs, as three sources that fail apart: `network` (the node's NICs
-//! and the traffic of each GPU process's network namespace), `infiniband` (HCA ports) and
+//! The network around the GPUs, as three sources that fail apart: `network` (the node's NICs,
+//! and each GPU process's namespace traffic and network mounts), `infiniband` (HCA ports) and
 //! `network_filesystems` (NFS, Lustre, FUSE and other network mounts).
 //!
 //! The node's own figures are read through pid 1 (`<procfs>/1/net/dev`, `<procfs>/1/mountstats`):

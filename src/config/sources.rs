@@ -1,0 +1,268 @@
+//! Per-source switches and settings (`sources.*`).
+
+use super::*;
+
+/// Per-source switches and settings.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sources {
+    /// Node-wide CPU time per mode, task counts and context switches (/proc/stat).
+    pub cpu: Toggle,
+    /// Per block device I/O counters and iostat-style rates (/proc/diskstats).
+    pub disk: DiskSource,
+    /// Pressure stall information for cpu, io and memory (/proc/pressure).
+    pub pressure: Toggle,
+    /// Available memory and swap activity (/proc/meminfo, /proc/vmstat).
+    pub memory: Toggle,
+    /// NICs, InfiniBand / RoCE ports, network filesystems and the traffic of each GPU
+    /// process's network namespace (/proc/net/dev, /sys/class/net, /sys/class/infiniband,
+    /// mountstats).
+    pub network: NetworkSource,
+    /// InfiniBand and RoCE ports: data rates, congestion waits, link rate and errors
+    /// (/sys/class/infiniband).
+    pub infiniband: Toggle,
+    /// Mounts of network and FUSE filesystems, with NFS operation rates and round trips
+    /// (/proc/1/mountstats).
+    pub network_filesystems: NetworkFilesystemsSource,
+    /// GPUs through NVML.
+    pub gpu: GpuSource,
+    /// Host context of each GPU process: its workers, cgroup, NUMA placement.
+    pub process: ProcessSource,
+    /// Python stacks of the GPU processes: where each training loop's main thread waits.
+    pub stacks: StacksSource,
+    /// The node's busiest processes outside the GPU process trees, named in the evidence.
+    pub culprits: CulpritsSource,
+    /// Pod attribution through the kubelet's pod-resources socket.
+    pub kubernetes: KubernetesSource,
+}
+
+/// Settings of the kubernetes (pod attribution) source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSource {
+    /// Whether the source runs; off Kubernetes (no socket directory) it reports itself
+    /// unsupported and stays quiet.
+    pub enabled: bool,
+    /// The kubelet's pod-resources socket.
+    pub pod_resources_socket: PathBuf,
+    /// How often the assignment is refreshed, in the background.
+    pub refresh_interval: ConfigDuration,
+    /// A GPU assigned to a pod with no process or no activity for this long is flagged.
+    pub allocated_idle_after: ConfigDuration,
+}
+
+impl Default for KubernetesSource {
+    fn default() -> Self {
+        KubernetesSource {
+            enabled: true,
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
+            refresh_interval: ConfigDuration(Duration::from_secs(10)),
+            allocated_idle_after: ConfigDuration(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// Settings of the process-context source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessSource {
+    /// Whether the source is sampled at all (it needs the gpu source for its process list).
+    pub enabled: bool,
+    /// How often the descendants (data-loader workers) of each GPU process are rediscovered;
+    /// between discoveries only the known processes are read, which keeps a tick cheap on
+    /// nodes with thousands of processes. Workers started in between appear at the next one.
+    pub discovery_interval: ConfigDuration,
+    /// How often every thread of each GPU process is read, for the busiest thread's share of
+    /// a core and the NUMA nodes the threads run on. Training ranks carry 100-200 threads, so
+    /// reading them every tick would make the tick's cost grow with the thread count; the main
+    /// thread (the one a host-bound loop pins) is still read every tick, and the figure is the
+    /// larger of its share over the tick and the busiest thread's between two passes.
+    pub thread_interval: ConfigDuration,
+}
+
+impl Default for ProcessSource {
+    fn default() -> Self {
+        ProcessSource {
+            enabled: true,
+            discovery_interval: ConfigDuration(Duration::from_secs(5)),
+            thread_interval: ConfigDuration(Duration::from_secs(15)),
+        }
+    }
+}
+
+/// Settings of the Python-stacks source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StacksSource {
+    /// Whether GPU processes' Python stacks are sampled (about 0.5 % of a core for 8 ranks at
+    /// the default interval). Needs ptrace access to them (their user, or root with
+    /// CAP_SYS_PTRACE); without it the source reports itself unsupported and nothing else
+    /// changes.
+    pub enabled: bool,
+    /// How far back the activity shares and top frames reach.
+    pub window: ConfigDuration,
+    /// Mean time between two samples of each GPU process's main thread, a quarter of it while
+    /// the process's GPU is less than half busy; samples are taken at random moments so that
+    /// they do not beat with a training step's period (a sample costs about 0.2 ms of the
+    /// exporter's CPU).
+    pub interval: ConfigDuration,
+}
+
+impl Default for StacksSource {
+    fn default() -> Self {
+        StacksSource {
+            enabled: true,
+            window: ConfigDuration(Duration::from_secs(30)),
+            interval: ConfigDuration(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// Settings of the culprits source: the node's busiest processes outside the GPU process
+/// trees, by CPU and by disk bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CulpritsSource {
+    /// Whether they are looked for. Even when on, a pass runs only while some GPU scores
+    /// data_io, data_cpu or contention past the leave score (unless `always`).
+    pub enabled: bool,
+    /// Look for them on every pass, whatever the verdicts (for a dashboard of the node's top
+    /// processes; costs a pass every `interval`).
+    pub always: bool,
+    /// Time between two passes over every process (each about 10 µs a process).
+    pub interval: ConfigDuration,
+    /// How many processes are named by CPU and by disk bytes (series and evidence).
+    pub top: usize,
+}
+
+impl Default for CulpritsSource {
+    fn default() -> Self {
+        CulpritsSource {
+            enabled: true,
+            always: false,
+            interval: ConfigDuration(Duration::from_secs(5)),
+            top: 5,
+        }
+    }
+}
+
+/// Settings of the GPU (NVML) source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// The NVML library to load: a name the dynamic loader resolves, or a path (GPU-operator
+    /// installs keep the driver under e.g. /run/nvidia/driver/usr/lib64).
+    pub nvml_library: PathBuf,
+    /// Per GPU, how many processes get their own series (most memory first).
+    pub max_processes_per_gpu: usize,
+    /// Longest wait between two attempts to initialise NVML while it is failing; attempts
+    /// start one interval apart and double up to this.
+    pub nvml_retry_max_interval: ConfigDuration,
+    /// How long one tick waits for a GPU's readings; a GPU that takes longer is reported
+    /// down (`timeout`) for that tick while the others and the host sources carry on.
+    pub timeout: ConfigDuration,
+}
+
+impl Default for GpuSource {
+    fn default() -> Self {
+        GpuSource {
+            enabled: true,
+            nvml_library: PathBuf::from("libnvidia-ml.so.1"),
+            max_processes_per_gpu: 10,
+            nvml_retry_max_interval: ConfigDuration(Duration::from_secs(60)),
+            timeout: ConfigDuration(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// A source that has nothing to configure but whether it runs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Toggle {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+}
+
+impl Default for Toggle {
+    fn default() -> Self {
+        Toggle { enabled: true }
+    }
+}
+
+/// Settings of the disk source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiskSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// Only devices whose name matches this regex are reported (empty: every device).
+    pub include: Pattern,
+    /// Devices whose name matches this regex are never reported.
+    pub exclude: Pattern,
+    /// Report partitions too (they double-count their disk's I/O, so they are off by default).
+    pub include_partitions: bool,
+}
+
+impl Default for DiskSource {
+    fn default() -> Self {
+        DiskSource {
+            enabled: true,
+            include: Pattern::parse("").expect("empty regex is valid"),
+            exclude: Pattern::parse(DEFAULT_DISK_EXCLUDE).expect("default regex is valid"),
+            include_partitions: false,
+        }
+    }
+}
+
+/// Settings of the network source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// Only interfaces whose name matches this regex are reported (empty: every interface).
+    pub include: Pattern,
+    /// Interfaces whose name matches this regex are never reported.
+    pub exclude: Pattern,
+    /// Report virtual interfaces too (loopback, veth, bridges, docker, CNI, bonds: those
+    /// without a device behind them in sysfs). They carry the physical links' traffic a second
+    /// time, so they are off by default.
+    pub include_virtual: bool,
+}
+
+impl Default for NetworkSource {
+    fn default() -> Self {
+        NetworkSource {
+            enabled: true,
+            include: Pattern::parse("").expect("empty regex is valid"),
+            exclude: Pattern::parse("").expect("empty regex is valid"),
+            include_virtual: false,
+        }
+    }
+}
+
+/// Settings of the network_filesystems source.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkFilesystemsSource {
+    /// Whether the source is sampled at all.
+    pub enabled: bool,
+    /// At most this many mounts are reported: the NFS mounts that read the most first, then
+    /// the others by mount point (a node with a mount per pod stays bounded).
+    pub max_mounts: usize,
+}
+
+impl Default for NetworkFilesystemsSource {
+    fn default() -> Self {
+        NetworkFilesystemsSource {
+            enabled: true,
+            max_mounts: 16,
+        }
+    }
+}
+
+/// Virtual devices that never back a training data set: RAM disks, loop and zram devices,
+/// floppies, optical drives and network block devices.
+pub const DEFAULT_DISK_EXCLUDE: &str = r"^(ram|loop|zram|fd|sr|nbd)\d+$";

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks --web.config.file with a TLS stack independent of the server's: Python's ssl module
 (OpenSSL) talks to the exporter on the demo node with TLS, optional client certificates and
-basic auth, and must see exactly what an operator would expect.
+basic auth, and must see exactly what an operator would expect; then `top --url` reads the same
+server as a client (its CA, a client certificate, basic auth from a password file).
 
 usage: check_tls.py BINARY
 """
@@ -106,6 +107,22 @@ def main():
             check("wrong password: 401", status == 401)
             status, _, body = get(f"http://127.0.0.1:{port}/metrics", None)
             check("plain HTTP: 400 naming the mistake", status == 400 and b"HTTPS server" in body)
+            # `top --url` is a client of the same server: the CA, a client certificate, the
+            # password from a file; the wrong password is refused with the server's answer.
+            password = os.path.join(tmp, "password")
+            with open(password, "w") as f:
+                f.write("correct horse\n")
+            top = [binary, "top", "--url", url, "--tls.ca-file", f"{FIXTURES}/ca.crt",
+                   "--tls.cert-file", f"{FIXTURES}/client.crt", "--tls.key-file", f"{FIXTURES}/client.key",
+                   "--user", "prometheus", "--password-file", password, "--refreshes", "1"]
+            shown = subprocess.run(top, capture_output=True, text=True, timeout=30)
+            check("top reads /api/v1/diagnosis over TLS with a client certificate and the password",
+                  shown.returncode == 0 and "vision/train-0" in shown.stdout)
+            with open(password, "w") as f:
+                f.write("Tr0ub4dor&3\n")
+            refused = subprocess.run(top, capture_output=True, text=True, timeout=30)
+            check("top with the wrong password: the exporter's 401, said so",
+                  refused.returncode != 0 and "401" in refused.stderr)
         finally:
             server.terminate()
             server.wait(timeout=10)

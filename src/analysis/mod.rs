@@ -7,11 +7,13 @@ pub mod attribution;
 pub mod network;
 pub mod observation;
 pub mod rules;
+pub mod window;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use self::observation::{observe, GpuObservation};
-use self::rules::{score_all, window_figures};
+use self::rules::score_all;
+use self::window::window_figures;
 use crate::config::Analysis as Thresholds;
 use crate::snapshot::{Activity, Snapshot};
 pub use crate::snapshot::{

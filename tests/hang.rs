@@ -90,4 +90,17 @@ fn a_rank_that_leaves_the_collective_between_steps_is_not_hung() {
     });
     assert_ne!(moving.primary, Primary::Hung);
     assert!(moving.hang.unwrap().seconds < 60.0);
+    // A long collective that moves gradients over the GPU's PCIe link (to the NIC) is slow,
+    // not hung; the same wait with the link quiet is.
+    let moving_data = run(300, |_| GpuObservation {
+        pcie_bytes_per_second: Some(2e9),
+        ..in_collective(1.0, 1.0)
+    });
+    assert_ne!(moving_data.primary, Primary::Hung);
+    assert!(moving_data.hang.is_none());
+    let quiet_link = run(300, |_| GpuObservation {
+        pcie_bytes_per_second: Some(3e6),
+        ..in_collective(1.0, 1.0)
+    });
+    assert_eq!(quiet_link.primary, Primary::Hung);
 }

@@ -24,6 +24,11 @@ pub use crate::snapshot::{
 /// Recent stack samples from which a tick is attributed by them (else by the whole window's).
 const RECENT_SAMPLES_MIN: u32 = 4;
 
+/// PCIe traffic below which a GPU in a collective moves no data: a hung NCCL kernel spins
+/// without traffic (a few MB/s of driver housekeeping), while even a 10 GbE all-reduce moves
+/// about a GB/s through the GPU's link.
+const HANG_PCIE_BYTES_MAX: f64 = 50e6;
+
 /// Hysteresis state of one kind on one GPU.
 #[derive(Debug, Clone, Copy, Default)]
 struct Latch {
@@ -182,7 +187,9 @@ impl Analyzer {
 
     /// Whether the GPU's main thread still sits in the collective it sat in on the previous
     /// tick: every recent stack sample there (a rank that makes progress leaves it between
-    /// steps), the same frame, and the GPU busy (NCCL's kernels spin while they wait).
+    /// steps), the same frame, the GPU busy (NCCL's kernels spin while they wait) and, where
+    /// the driver reports it, no data crossing its PCIe link (a slow collective that moves
+    /// gradients to the NIC is progress, however long it takes).
     fn hang(&mut self, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
         let collective = Activity::ALL
             .iter()
@@ -191,6 +198,9 @@ impl Analyzer {
             s.recent_samples >= RECENT_SAMPLES_MIN
                 && s.recent_shares[collective] >= 1.0 - 1e-9
                 && now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+                && now
+                    .pcie_bytes_per_second
+                    .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)
         });
         let Some(stacks) = stuck else {
             self.hangs.remove(&now.uuid);

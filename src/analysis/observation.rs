@@ -42,6 +42,9 @@ pub struct GpuObservation {
     pub remap_trouble: bool,
     /// Share of its maximum bandwidth the PCIe link trained at (1.0: full generation and width).
     pub pcie_bandwidth_share: Option<f64>,
+    /// Bytes per second over the GPU's PCIe link, both directions (GPUDirect RDMA moves a
+    /// multi-node all-reduce's data there).
+    pub pcie_bytes_per_second: Option<f64>,
     /// Processes on the GPU.
     pub processes: Option<u32>,
     /// Independent jobs among the processes on the GPU (`None` when some process's owner is
@@ -214,6 +217,11 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 hardware_errors: hardware_errors(device),
                 remap_trouble: device.remapped_rows.is_some_and(|r| r.pending || r.failed),
                 pcie_bandwidth_share: pcie_bandwidth_share(device),
+                pcie_bytes_per_second: device
+                    .pcie
+                    .tx_bytes_per_second
+                    .zip(device.pcie.rx_bytes_per_second)
+                    .map(|(tx, rx)| tx + rx),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

@@ -100,7 +100,7 @@ impl NetworkSource {
         now: Duration,
     ) -> Vec<ProcessNetwork> {
         let mut previous = std::mem::take(&mut self.previous_processes);
-        let mut traffic = Vec::new();
+        let mut networks = Vec::new();
         for pid in pids {
             // A process that exited since the GPU source listed it has no namespace to read.
             let Ok(text) = self.roots.read_proc(&format!("{pid}/net/dev")) else {
@@ -142,7 +142,7 @@ impl NetworkSource {
                         })
                         .collect()
                 });
-            traffic.push(ProcessNetwork {
+            networks.push(ProcessNetwork {
                 pid,
                 host_network,
                 rates,
@@ -150,7 +150,7 @@ impl NetworkSource {
                 mounts,
             });
         }
-        traffic
+        networks
     }
 }
 

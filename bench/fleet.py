@@ -37,7 +37,7 @@ import urllib.request
 
 import yaml
 
-from procstats import cpu_seconds, free_port, memory_mib
+from procstats import cpu_seconds, free_port, get, memory_mib, wait_for_url
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -48,19 +48,11 @@ VARIANTS = {
 }
 
 
-def get(url, timeout=30):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return response.read().decode()
-
-
 def wait_for(url, seconds=60):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            return get(url, timeout=2)
-        except OSError:
-            time.sleep(0.5)
-    sys.exit(f"{url} did not answer")
+    page = wait_for_url(url, seconds, interval=0.5)
+    if page is None:
+        sys.exit(f"{url} did not answer")
+    return page
 
 
 def metric(page, name):

@@ -22,21 +22,16 @@ import tempfile
 import time
 import urllib.request
 
-from procstats import cpu_seconds, free_port, memory_mib
+from procstats import cpu_seconds, free_port, memory_mib, wait_for_url
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
 
 
 def wait_for(url, name):
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return len(response.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit(f"{name} did not answer at {url}")
-            time.sleep(0.2)
+    page = wait_for_url(url, 20, interval=0.2)
+    if page is None:
+        sys.exit(f"{name} did not answer at {url}")
+    return len(page.encode())
 
 
 # What Prometheus sends when it scrapes (2.x and 3.x): OpenMetrics preferred, gzip accepted.

@@ -13,8 +13,10 @@ The attribution follows the causes, not the exporter's arithmetic:
   hogs take, hogs / (hogs + workers), all of them always runnable → contention); without
   workers the loop loads its own samples, which is Python; synchronizing → sync_stall; in a
   collective → communication; Python → sync_stall if the GPU ran dry while the thread was
-  synchronizing (the sync drained the queue), else host_bound (its time waiting for a CPU →
-  contention where hogs run); anything else → unexplained. `hogs` is how many CPU hogs the
+  synchronizing (the sync drained the queue), for as long as the thread was held in that sync
+  while the GPU worked (without the sync the thread would have been that far ahead, the queue
+  that full: the counterfactual), else host_bound (its time waiting for a CPU → contention
+  where hogs run); anything else → unexplained. `hogs` is how many CPU hogs the
   workload runs.
 
 Standard library only; time in 1 ms bins.
@@ -106,12 +108,18 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
             if what == common.PYTHON:
                 python_wait[b] = waiting
     loader = loader_causes(processes, main, start_ns, end_ns, hogs)
-    drained_by_sync = False
+    # Bins the last sync held the thread while the GPU worked: the idle time after it that
+    # the sync, not the host, cost (a host slower than its GPU would idle it anyway).
+    sync_credit = 0
     for b in range(bins):
         if busy[b]:
-            drained_by_sync = phase[b] == common.SYNC
+            sync_credit = sync_credit + 1 if phase[b] == common.SYNC else 0
             continue
         what, unit = phase[b], 1.0 / bins
+        own_work = what == common.PYTHON or (what == common.LOADER and loader is None)
+        drained_by_sync = sync_credit > 0 and own_work
+        if drained_by_sync:
+            sync_credit -= 1
         if what == common.LOADER and loader is None and drained_by_sync:
             shares["sync_stall"] += unit
         elif what == common.LOADER and loader is None:

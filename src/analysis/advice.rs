@@ -73,7 +73,7 @@ pub fn next_steps(verdict: &GpuVerdict) -> &'static [&'static str] {
 fn usual_explanation(primary: Primary) -> &'static str {
     match primary {
         Primary::Idle => "No process is using this GPU, or the one holding it runs no work: if it is allocated to a job, it is wasted capacity.",
-        Primary::Busy => "The GPU is kept busy and nothing on the node holds it back: it is compute-bound.",
+        Primary::Busy => "The GPU is kept busy: nothing on the node costs it a share of its time worth naming (analysis.lost_share_high); it is compute-bound.",
         Primary::Undetermined => "The GPU is not fully busy, but no rule matched clearly (or the window is still filling).",
         Primary::Hung => "The training loop has sat in one collective for minutes while the GPU spins in it: a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
         Primary::Bottleneck(kind) => match kind {

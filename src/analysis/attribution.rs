@@ -457,9 +457,13 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
         ));
     }
     let collective = take(lost, Kind::Communication, in_collective);
-    let empty = w
-        .sm_activity
-        .map_or(0.0, |sm| take(lost, Kind::KernelEfficiency, busy - sm));
+    // The device's SM activity mixes every process's kernels: the main job's empty SMs are
+    // its share of the empty time (its share of the work), not the other jobs' (theirs is
+    // theirs, and their time is contention already).
+    let empty = w.sm_activity.map_or(0.0, |sm| {
+        let own = (busy - sm) * shared.unwrap_or(1.0);
+        take(lost, Kind::KernelEfficiency, own)
+    });
     // Clocks held down slow the useful busy time that is left by the clock's shortfall.
     if let (Some(throttled), Some(clock)) = (w.throttled_share, w.throttled_clock_ratio) {
         let useful = busy - collective - empty - shared.map_or(0.0, |m| busy * (1.0 - m));
@@ -692,8 +696,9 @@ mod tests {
         });
         assert_eq!(lost.basis, Basis::Inferred);
         assert!(close(lost.share(Cause::Kind(Kind::Contention)), 0.45));
-        assert!(close(lost.share(Cause::Kind(Kind::KernelEfficiency)), 0.45));
+        // The main job's half of the busy time, with its SMs empty 1 - 0.1/0.9 of it.
+        assert!(close(lost.share(Cause::Kind(Kind::KernelEfficiency)), 0.4));
         assert!(close(lost.share(Cause::Unexplained), 0.1));
-        assert!(close(lost.total(), 1.0));
+        assert!(close(lost.total(), 0.95));
     }
 }

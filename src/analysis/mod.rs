@@ -274,17 +274,22 @@ impl Analyzer {
                     .filter(|e| e.strength >= score)
                     .all(|e| e.name == "job_busy_gap")
         };
-        // The largest cost decides. A failing device comes first; a kind whose cost cannot
-        // be measured (memory pressure, or throttling without clocks) ranks as if it cost the
-        // entry share, scaled by its score.
+        // The largest cost above the floor decides: an active kind whose measured cost is
+        // below `lost_share_high` is worth reporting, not worth naming as the cause. A
+        // failing device comes first; a kind whose cost cannot be measured (memory pressure,
+        // or throttling without clocks) ranks as if it cost the floor, scaled by its score.
         let weight = |k: &KindVerdict| match (k.scored.kind, k.cost) {
             (Kind::Hardware, _) => 2.0,
             (_, Some(cost)) => cost,
             (_, None) => t.lost_share_high * k.scored.score.unwrap_or(0.0),
         };
+        let above_floor = |k: &&KindVerdict| {
+            k.scored.kind == Kind::Hardware || k.cost.is_none_or(|c| c >= t.lost_share_high)
+        };
         let strongest = kinds
             .iter()
             .filter(|k| k.active)
+            .filter(above_floor)
             .max_by(|a, b| {
                 only_imbalance(b)
                     .cmp(&only_imbalance(a))
@@ -311,6 +316,14 @@ impl Analyzer {
                 Primary::Idle
             }
             None if figures.busy.is_some_and(|b| b >= t.gpu_busy_above) => Primary::Busy,
+            // Idle time that is explained, but by no cause that reaches the floor: nothing
+            // worth naming holds the GPU back. Undetermined is for idle time nobody explains.
+            None if lost
+                .as_ref()
+                .is_some_and(|l| l.shares.iter().all(|s| *s < t.lost_share_high)) =>
+            {
+                Primary::Busy
+            }
             None => Primary::Undetermined,
         };
         GpuVerdict {

@@ -317,10 +317,16 @@ impl Analyzer {
             }
             None if figures.busy.is_some_and(|b| b >= t.gpu_busy_above) => Primary::Busy,
             // Idle time that is explained, but by no cause that reaches the floor: nothing
-            // worth naming holds the GPU back. Undetermined is for idle time nobody explains.
-            None if lost
-                .as_ref()
-                .is_some_and(|l| l.shares.iter().all(|s| *s < t.lost_share_high)) =>
+            // worth naming holds the GPU back (empty SMs below the kind's line are how its
+            // kernels run). Undetermined is for idle time nobody explains, or a cause that
+            // costs the floor without its kind being active (yet).
+            None if lost.as_ref().is_some_and(|l| {
+                attribution::PIPELINE
+                    .iter()
+                    .map(|k| Cause::Kind(*k))
+                    .chain([Cause::Unexplained])
+                    .all(|c| l.share(c) < t.lost_share_high)
+            }) =>
             {
                 Primary::Busy
             }

@@ -102,7 +102,10 @@ python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-
   --nvml-library target/debug/libfake_nvml.so
 
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"
+# Two seeds: three loops of seed 2, two of seed 1 (a second job on the GPU, a decode loop).
 python3 workloads/run.py --random 3 --seed 2 --seconds 30 --min-agreement 0.6 --max-mae 0.1 \
+  --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
+python3 workloads/run.py --random 2 --seed 1 --seconds 30 --min-agreement 0.5 --max-mae 0.1 \
   --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
 
 echo

@@ -54,7 +54,8 @@ pub struct Analysis {
     pub stack_share_high: f64,
     /// Share of the window's GPU time a cause must cost for its kind to score 0.5 where the
     /// cost is observed (stacks): twice this scores 1.0 (ours: 10 % of the GPU's time, what
-    /// separates `gpu_busy_above` from full use).
+    /// separates `gpu_busy_above` from full use); also the floor a kind's cost must reach to
+    /// be named the primary verdict.
     pub lost_share_high: f64,
     /// Stack samples of the main thread in the window from which what they show decides the
     /// pipeline kinds (observed) instead of the counters (inferred); at the default sampling

@@ -107,20 +107,22 @@ fn a_spin_wait_burns_the_waiting_thread_and_a_blocking_one_sleeps() {
         let thread = [("pid", pid.as_str())];
         // Past the first readings of the thread, which cover its start-up; then the mean of
         // two readings of what it used and what it wanted.
+        // A reading is one tick's (the sample counter moves); equal values on two ticks are
+        // two readings (a spinning thread on a quiet machine reads 1.0 every tick).
         let mut used = Vec::new();
         let mut wanted = Vec::new();
-        let mut last = None;
+        let mut last_tick = None;
         exporter.metrics_when(|m| {
-            let (Some(cpu), Some(wait), Some(steal)) = (
+            let (Some(tick), Some(cpu), Some(wait), Some(steal)) = (
+                value(m, "gpu_exporter_samples_total", &[]),
                 value(m, "gpu_process_busiest_thread_cpu_ratio", &thread),
                 value(m, "gpu_process_cpu_wait_ratio", &thread),
                 value(m, "gpu_host_cpu_steal_ratio", &[]),
             ) else {
                 return false;
             };
-            let reading = (cpu, wait, steal);
-            if last != Some(reading) {
-                last = Some(reading);
+            if last_tick != Some(tick) {
+                last_tick = Some(tick);
                 used.push(cpu);
                 wanted.push((cpu + wait + steal).min(1.0));
             }

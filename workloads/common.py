@@ -168,6 +168,35 @@ class Images:
         return image.tobytes()
 
 
+def seconds_per_sample(images, rounds=3, count=40):
+    """Wall seconds this machine takes to read and decode one of `images`: the fastest of
+    `rounds` means over `count` samples, after a round to warm up (the exporter starting beside
+    it, a cold cache would make a loader sized by them lighter than meant), outside the ground
+    truth: a calibration, not training."""
+    means = []
+    for _ in range(rounds + 1):
+        picks = random.sample(range(len(images)), min(count, len(images)))
+        started = time.perf_counter()
+        for i in picks:
+            images.decode(images.read(i))
+        means.append((time.perf_counter() - started) / len(picks))
+    return min(means[1:])
+
+
+def batch_for(images, workers, step_seconds, busy):
+    """The batch size at which `workers` keep up with a `step_seconds` step while busy `busy`
+    of the time on this machine. A workload that must sit at a given distance from its
+    bottleneck is sized by it, not by a batch size that suits one CPU."""
+    return max(1, round(busy * workers * step_seconds / seconds_per_sample(images)))
+
+
+def hogs_to_starve(cpus, workers, busy, delivered=0.5):
+    """How many always-runnable CPU hogs sharing `cpus` CPUs with `workers` loader workers, each
+    needing `busy` of a core, leave the workers `delivered` of what they need: the scheduler
+    gives every runnable task an equal share, cpus / (hogs + workers)."""
+    return max(1, round(cpus / (delivered * busy)) - workers)
+
+
 # -- the loader -------------------------------------------------------------------------------
 
 

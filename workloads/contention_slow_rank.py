@@ -14,9 +14,11 @@ import emugpu
 
 GPUS = 2
 EXPECT = {1: "contention"}
-# CPU-bound processes outside the job running beside it (the ground truth gives them their
-# share of the loader's CPU side).
-CPU_HOGS = 3
+WORKERS = 2
+# Each rank's two workers share its half of the CPUs, each busy a third of the time keeping up
+# with the step on any machine (the batch is sized to it); the hogs leave them half of that.
+WORKER_BUSY = 0.35
+STEP_SECONDS = 0.09
 
 
 def halves():
@@ -25,17 +27,22 @@ def halves():
     return [set(cpus[:half]), set(cpus[half:]) or set(cpus[:half])]
 
 
+# CPU-bound processes outside the job running beside the slow rank (the ground truth gives
+# them their share of the loader's CPU side): 4 on one CPU, more on more.
+CPU_HOGS = common.hogs_to_starve(len(halves()[1]), WORKERS, WORKER_BUSY)
+
+
 def hog(cpus, seconds):
-    """Three CPU-bound processes per CPU outside the job's tree (a shell that exits at once leaves it
-    to init), pinned to the slow rank's CPUs."""
+    """CPU_HOGS CPU-bound processes outside the job's tree (a shell that exits at once leaves
+    them to init), pinned to the slow rank's CPUs."""
     cpu_list = ",".join(str(c) for c in sorted(cpus))
     burn = f"import time; end = time.time() + {seconds}\nwhile time.time() < end: pass"
-    for _ in range(3 * len(cpus)):
+    for _ in range(CPU_HOGS):
         command = f"nohup taskset -c {cpu_list} python3 -c '{burn}' >/dev/null 2>&1 &"
         subprocess.Popen(["sh", "-c", command]).wait()
 
 
-def rank(number, args, peers):
+def rank(number, args, peers, batch):
     os.sched_setaffinity(0, halves()[number])
     if args.real:
         import torch.distributed as dist
@@ -45,14 +52,13 @@ def rank(number, args, peers):
     files = common.dataset(args.data, "medium", 400, 512, 384)
     gpu = emugpu.open_gpu(number, args.real)
     common.model(gpu)
-    # Sized so that the loader on half the CPUs keeps up with a 90 ms step, without the hog.
-    loader = common.Loader(common.Images(files), batch_size=20, workers=2)
+    loader = common.Loader(common.Images(files), batch_size=batch, workers=WORKERS)
     try:
         common.train(
             gpu,
             loader,
             args.seconds,
-            step_seconds=0.09,
+            step_seconds=STEP_SECONDS,
             collective=lambda: gpu.all_reduce(peers, number),
         )
     except threading.BrokenBarrierError:
@@ -62,10 +68,12 @@ def rank(number, args, peers):
 
 def main(argv=None):
     args = common.arguments(__doc__, argv)
-    common.dataset(args.data, "medium", 400, 512, 384)
+    files = common.dataset(args.data, "medium", 400, 512, 384)
+    # Sized once, for both ranks, before they start.
+    batch = common.batch_for(common.Images(files), WORKERS, STEP_SECONDS, WORKER_BUSY)
     context = multiprocessing.get_context("fork")
     peers = emugpu.Peers(2, context)
-    ranks = [context.Process(target=rank, args=(n, args, peers)) for n in range(2)]
+    ranks = [context.Process(target=rank, args=(n, args, peers, batch)) for n in range(2)]
     for p in ranks:
         p.start()
     time.sleep(3)

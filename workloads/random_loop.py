@@ -21,6 +21,10 @@ import data_io_remote_store
 import emugpu
 
 GPUS = 1
+# The disturbances' size, fixed here (not machine-sized as in their own workloads) so that a
+# seed draws the same loop on every machine: CPU hogs, and the I/O storm's writers.
+HOGS = 3
+STORM_WRITERS = 2
 
 
 def draw(seed):
@@ -71,9 +75,9 @@ def train(loop, args):
         nonlocal started
         if started and time.monotonic() - started > 5.0:
             if loop["disturbance"] == "hogs":
-                contention_cpu_hogs.hogs(args.seconds)
+                contention_cpu_hogs.hogs(args.seconds, HOGS)
             elif loop["disturbance"] == "storm":
-                data_io_cron_storm.storm(args.data, args.seconds)
+                data_io_cron_storm.storm(args.data, args.seconds, STORM_WRITERS)
             started = None
 
     common.train(

@@ -286,6 +286,7 @@ def run_one(name, module, args, extra=(), hogs=None):
         )
         settled = [p for _, p in seen[start:]]
         row.update(
+            declared=declared,
             expected=expected_primary,
             ok=final == expected_primary and named,
             seconds_to_verdict=reached,
@@ -342,6 +343,14 @@ def summary(rows):
             f"  worst: {r['workload']} GPU {r['gpu']}: MAE {r['mae']:.3f}, {cause} off by {error:.2f} "
             f"(exporter {r['primary']}, truth {r['truth']})"
         )
+    # A workload sized for another machine may not produce the bottleneck it is named for:
+    # then a wrong verdict is the workload's failure, not (only) the exporter's.
+    for r in judged_rows:
+        if r.get("declared") and r["declared"] not in UNTIMED and r["truth"] != r["declared"]:
+            lines.append(
+                f"  not produced: {r['workload']} GPU {r['gpu']} is named for {r['declared']}, "
+                f"but its truth is {r['truth']} on this machine"
+            )
     return "\n".join(lines)
 
 
@@ -386,7 +395,7 @@ def main():
             loop = random_loop.draw(loop_seed)
             name = f"random {loop_seed} ({loop['loader']}, {loop['disturbance']})"
             print(f"{name} ...", file=sys.stderr, flush=True)
-            hogs = 3 if loop["disturbance"] == "hogs" else 0
+            hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
             rows += run_one(name, random_loop, args, ["--loop-seed", str(loop_seed)], hogs=hogs)
             save(rows, args.json)
     else:

@@ -393,3 +393,42 @@ fn idle_time_spread_thin_below_the_floor_is_busy_not_undetermined() {
     assert!(unexplained.lost.as_ref().unwrap().share(Cause::Unexplained) >= 0.1);
     assert_eq!(unexplained.primary, Primary::Undetermined);
 }
+
+/// Two ranks in step, each held in the all-reduce's host-side wait 80 % of the time while its
+/// GPU still runs the step's queued kernels with full SMs (random loop 100005): the exporter
+/// charged 0.91 of the time to communication, the truth 0.17 (the collective's own kernels).
+/// A GPU waiting in a collective spins with its SMs nearly empty: the busy time a collective
+/// explains is at most the time they sat empty, and those empty SMs are not kernel efficiency.
+#[test]
+fn a_rank_held_in_a_collective_while_its_sms_are_full_is_not_waiting_on_its_gpu() {
+    let held = |sm: f64| {
+        run(40, move |_| {
+            let mut o = healthy("GPU-a");
+            o.busy = Some(0.95);
+            o.sm_activity = Some(sm);
+            o.stacks = seen(200, [0.1, 0.0, 0.8, 0.1, 0.0]);
+            o
+        })
+    };
+    let share = |v: &GpuVerdict, kind| v.lost.as_ref().unwrap().share(Cause::Kind(kind));
+    // Full SMs: 0.15 of the time empty, all a collective can explain of the busy time; of
+    // the idle 0.05, the collective's part (0.8) is the peers' too.
+    let computing = held(0.8);
+    let communication = share(&computing, Kind::Communication);
+    assert!(
+        (communication - (0.15 + 0.8 * 0.05)).abs() < 0.01,
+        "{communication}"
+    );
+    assert!(share(&computing, Kind::KernelEfficiency) < 0.01);
+    // Spinning: the SMs empty most of the busy time, the wait is the collective's, and the
+    // empty SMs are not small kernels (the counter rule alone would say so).
+    let spinning = held(0.2);
+    assert!(share(&spinning, Kind::Communication) > 0.7);
+    assert!(!active(&spinning).contains(&Kind::KernelEfficiency));
+    assert_eq!(
+        spinning.primary,
+        Primary::Bottleneck(Kind::Communication),
+        "{:?}",
+        active(&spinning)
+    );
+}

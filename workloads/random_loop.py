@@ -1,6 +1,7 @@
 """A training loop drawn at random from a seed: loader kind and speed (local disk, remote store,
 CPU-heavy decode), step time, kernel size, sync cadence and wait mode, host work, and
-disturbances (CPU hogs, an I/O storm, a second job on the GPU). Nobody tuned the exporter to
+disturbances (CPU hogs, an I/O storm, a second job on the GPU), one rank or two ranks with an
+all-reduce a step. Nobody tuned the exporter to
 any of them: the runner compares its attribution with the ground truth the loop records
 (`python3 workloads/run.py --random N --seed S`).
 
@@ -12,6 +13,7 @@ import multiprocessing
 import os
 import random
 import sys
+import threading
 import time
 
 import common
@@ -20,7 +22,8 @@ import data_io_cron_storm
 import data_io_remote_store
 import emugpu
 
-GPUS = 1
+# A loop of two ranks uses both; the runner gives each loop as many as it has ranks.
+GPUS = 2
 # The disturbances' size, fixed here (not machine-sized as in their own workloads) so that a
 # seed draws the same loop on every machine: CPU hogs, and the I/O storm's writers.
 HOGS = 3
@@ -46,6 +49,12 @@ def draw(seed):
         "latency": round(rng.uniform(0.005, 0.04), 3),
         "blur": rng.choice([0.0, 1.5, 3.0]),
         "disturbance": rng.choice(["none", "none", "none", "hogs", "storm", "second_job"]),
+        # Drawn last, so that a seed's other draws are those it drew before ranks existed. One
+        # loop in four is two ranks on two GPUs with an all-reduce a step; rank 1 does this much
+        # more Python a step (a straggler, or nearly balanced ranks), rank 0's GPU waits in the
+        # collective for it.
+        "ranks": rng.choice([1, 1, 1, 2]),
+        "straggler": round(rng.uniform(0.0, 0.05), 3),
     }
     return loop
 
@@ -65,32 +74,39 @@ def dataset(loop, data):
     return common.Images(common.dataset(data, "small", 2000, 96, 96))
 
 
-def train(loop, args):
-    gpu = emugpu.open_gpu(args.gpu, args.real, sync=loop["sync"])
+def train(loop, args, rank=0, peers=None):
+    """Rank `rank` of the loop on GPU args.gpu + rank (with `peers`, an all-reduce a step)."""
+    gpu = emugpu.open_gpu(args.gpu + rank, args.real, sync=loop["sync"])
     common.model(gpu, share=0.2)
     loader = common.Loader(dataset(loop, args.data), batch_size=loop["batch"], workers=loop["workers"])
     started = time.monotonic()
 
     def on_step(_):
         nonlocal started
-        if started and time.monotonic() - started > 5.0:
+        if started and rank == 0 and time.monotonic() - started > 5.0:
             if loop["disturbance"] == "hogs":
                 contention_cpu_hogs.hogs(args.seconds, HOGS)
             elif loop["disturbance"] == "storm":
                 data_io_cron_storm.storm(args.data, args.seconds, STORM_WRITERS)
             started = None
 
-    common.train(
-        gpu,
-        loader,
-        args.seconds,
-        step_seconds=loop["step_seconds"],
-        kernels=loop["kernels"],
-        sm=loop["sm"],
-        item_every=loop["item_every"],
-        host_seconds=loop["host_seconds"],
-        on_step=on_step,
-    )
+    try:
+        common.train(
+            gpu,
+            loader,
+            args.seconds,
+            step_seconds=loop["step_seconds"],
+            kernels=loop["kernels"],
+            sm=loop["sm"],
+            item_every=loop["item_every"],
+            host_seconds=loop["host_seconds"] + (loop["straggler"] if rank == 1 else 0.0),
+            on_step=on_step,
+            collective=(lambda: gpu.all_reduce(peers, rank)) if peers else None,
+        )
+    except threading.BrokenBarrierError:
+        pass  # the other rank finished first
+    if peers:
+        peers.barrier.abort()
 
 
 def second_job(args):
@@ -116,9 +132,12 @@ def main(argv=None):
     if loop["disturbance"] == "second_job":
         second_job(args)
     context = multiprocessing.get_context("fork")
-    job = context.Process(target=train, args=(loop, args))
-    job.start()
-    job.join()
+    peers = emugpu.Peers(loop["ranks"], context) if loop["ranks"] > 1 else None
+    ranks = [context.Process(target=train, args=(loop, args, n, peers)) for n in range(loop["ranks"])]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join()
 
 
 if __name__ == "__main__":

@@ -170,12 +170,13 @@ def lost_shares(gpu):
     return {cause: causes.get(cause, 0.0) for cause in truth.CAUSES}
 
 
-def run_one(name, module, args, extra=(), hogs=None):
+def run_one(name, module, args, extra=(), hogs=None, gpus=None):
     """Runs one workload; returns a result row per expected GPU. `extra` are more arguments
     for the workload; `hogs` overrides the module's CPU_HOGS (how many CPU hogs it runs) for
-    the ground truth."""
-    if args.real and module.GPUS > args.real_gpus:
-        return skipped(name, module, f"needs {module.GPUS} GPUs, this node has {args.real_gpus}")
+    the ground truth, `gpus` its GPUS (how many GPUs it uses)."""
+    gpus = gpus or module.GPUS
+    if args.real and gpus > args.real_gpus:
+        return skipped(name, module, f"needs {gpus} GPUs, this node has {args.real_gpus}")
     # A workload that builds a real network path says what it needs that is missing.
     why = getattr(module, "SKIP", lambda: "")()
     if why:
@@ -190,7 +191,7 @@ def run_one(name, module, args, extra=(), hogs=None):
     else:
         library = args.nvml_library
         with open(os.path.join(work, "scenario.yaml"), "w") as f:
-            f.write(scenario(module.GPUS, timelines))
+            f.write(scenario(gpus, timelines))
         env["FAKE_NVML_SCENARIO"] = os.path.join(work, "scenario.yaml")
     with open(os.path.join(work, "config.yaml"), "w") as f:
         f.write(config(port, library, args.window, args.min_duration))
@@ -375,6 +376,7 @@ def main():
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
+    parser.add_argument("--loops", default="", help="with --random: only these of the N loops (comma-separated numbers, 0..N-1)")
     parser.add_argument("--json", help="also write the rows here (after every run)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")
     parser.add_argument("--min-agreement", type=float, help="exit 1 when fewer runs agree with the truth's primary")
@@ -390,13 +392,16 @@ def main():
     if args.random:
         if args.real:
             parser.error("--random needs the emulated GPUs (its ground truth is theirs)")
-        for n in range(args.random):
+        chosen = [int(n) for n in args.loops.split(",") if n] or range(args.random)
+        for n in chosen:
             loop_seed = args.seed * 100_000 + n
             loop = random_loop.draw(loop_seed)
-            name = f"random {loop_seed} ({loop['loader']}, {loop['disturbance']})"
+            ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
+            name = f"random {loop_seed} ({loop['loader']}, {loop['disturbance']}{ranks})"
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
-            rows += run_one(name, random_loop, args, ["--loop-seed", str(loop_seed)], hogs=hogs)
+            extra = ["--loop-seed", str(loop_seed)]
+            rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"])
             save(rows, args.json)
     else:
         suite = workloads()

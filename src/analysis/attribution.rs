@@ -26,7 +26,8 @@
 //!
 //! **Busy time**, either way, each part capped by the busy time left: the share of the GPU's
 //! work other processes did (time-sharing) → contention; a rank waiting in a collective while
-//! its GPU spins in the collective's kernels → communication; SMs empty while the GPU is busy
+//! its GPU spins in the collective's kernels → communication (at most the busy time its SMs
+//! sat empty: a spinning collective leaves them so); other SMs empty while the GPU is busy
 //! (GPM) → kernel_efficiency; clocks held below their maximum by a limiting reason →
 //! throttling.
 
@@ -90,6 +91,7 @@ pub fn average(ticks: &[&LostTime], window: LostTime) -> LostTime {
         },
         idle: ticks.iter().map(|t| t.idle).sum::<f64>() / n,
         shares,
+        collective_busy: ticks.iter().map(|t| t.collective_busy).sum::<f64>() / n,
         input: window.input.or(ticks.iter().rev().find_map(|t| t.input)),
         reasons: window.reasons,
     }
@@ -456,12 +458,22 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
             percent(1.0 - main)
         ));
     }
-    let collective = take(lost, Kind::Communication, in_collective);
+    // A GPU spinning in a collective's kernels leaves its SMs nearly empty (NCCL runs on a
+    // few channels), so the busy time a collective explains is at most the time the SMs sat
+    // empty: a rank held in a collective while its GPU still runs its queued compute (a full
+    // launch queue, a host-side barrier) is not waiting on its GPU.
+    let empty_sms = w.sm_activity.map(|sm| (busy - sm).max(0.0));
+    let collective = take(
+        lost,
+        Kind::Communication,
+        empty_sms.map_or(in_collective, |empty| in_collective.min(empty)),
+    );
+    lost.collective_busy = collective;
     // The device's SM activity mixes every process's kernels: the main job's empty SMs are
     // its share of the empty time (its share of the work), not the other jobs' (theirs is
-    // theirs, and their time is contention already).
-    let empty = w.sm_activity.map_or(0.0, |sm| {
-        let own = (busy - sm) * shared.unwrap_or(1.0);
+    // theirs, and their time is contention already). Those a collective left empty are its.
+    let empty = empty_sms.map_or(0.0, |empty| {
+        let own = (empty - collective) * shared.unwrap_or(1.0);
         take(lost, Kind::KernelEfficiency, own)
     });
     // Clocks held down slow the useful busy time that is left by the clock's shortfall.
@@ -539,6 +551,15 @@ pub fn judge(
             Kind::Throttling => share.filter(|_| w.throttled_clock_ratio.is_some()),
             _ => None,
         };
+        // Empty SMs are the rule's fact, small kernels its inference: where the stacks put
+        // the GPU in a collective's kernels, their share of the empty SMs is not the job's
+        // kernels'.
+        if let (Kind::KernelEfficiency, Some(own), Some(l)) = (kind, cost, lost) {
+            if l.basis == Basis::Observed && l.collective_busy > 0.0 {
+                let kernels = own / (own + l.collective_busy);
+                scored.score = scored.score.map(|s| s * kernels);
+            }
+        }
         return (scored, Basis::Observed, cost);
     }
     let Some(lost) = lost.filter(|l| l.basis == Basis::Observed) else {

@@ -169,6 +169,9 @@ pub struct LostTime {
     /// the job was doing, plus busy time wasted (empty SMs, held-down clocks) or taken by other
     /// processes on the GPU.
     pub shares: [f64; 9],
+    /// The part of communication's share that is busy time: the GPU spinning in collectives'
+    /// kernels, whose empty SMs are theirs, not the job's kernels'.
+    pub collective_busy: f64,
     /// Where a starved loader's input comes from, when the loader side explains idle time.
     pub input: Option<InputSource>,
     /// Why the split is what it is, in a sentence per part (for the report).

@@ -135,7 +135,9 @@ impl DemoSource {
             Role::HostBound => (0.45, 0.3, 0.38),
             Role::SyncStall => (0.3, 0.65, 0.26),
             Role::KernelEfficiency => (0.96, 0.0, 0.18),
-            Role::MemoryPressure | Role::JobFastRank | Role::Hardware => (0.92, 0.0, 0.8),
+            Role::MemoryPressure | Role::Hardware => (0.92, 0.0, 0.8),
+            // Mostly spinning in the collective's kernels, which leave the SMs nearly empty.
+            Role::JobFastRank => (0.92, 0.0, 0.35),
             Role::JobSlowRank => (0.45, 0.1, 0.38),
             Role::Contention => (0.55, 0.15, 0.45),
             Role::Throttling => (0.94, 0.0, 0.78),

@@ -552,11 +552,11 @@ pub fn judge(
             _ => None,
         };
         // Empty SMs are the rule's fact, small kernels its inference: where the stacks put
-        // the GPU in a collective's kernels, their share of the empty SMs is not the job's
-        // kernels'.
+        // the GPU in collectives' kernels for longer than the job's kernels left SMs empty,
+        // the inference yields, in that proportion (the cost already leaves them out).
         if let (Kind::KernelEfficiency, Some(own), Some(l)) = (kind, cost, lost) {
-            if l.basis == Basis::Observed && l.collective_busy > 0.0 {
-                let kernels = own / (own + l.collective_busy);
+            if l.basis == Basis::Observed && l.collective_busy > own {
+                let kernels = 2.0 * own / (own + l.collective_busy);
                 scored.score = scored.score.map(|s| s * kernels);
             }
         }

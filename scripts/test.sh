@@ -102,10 +102,11 @@ python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-
   --nvml-library target/debug/libfake_nvml.so
 
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"
-# Two seeds: three loops of seed 2, two of seed 1 (a second job on the GPU, a decode loop).
+# Two seeds: three loops of seed 2; three of seed 1 (a second job on the GPU, a decode loop,
+# two ranks with an all-reduce reading a remote store under CPU hogs).
 python3 workloads/run.py --random 3 --seed 2 --seconds 30 --min-agreement 0.6 --max-mae 0.1 \
   --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
-python3 workloads/run.py --random 2 --seed 1 --seconds 30 --min-agreement 0.5 --max-mae 0.1 \
+python3 workloads/run.py --random 100 --seed 1 --loops 0,1,40 --seconds 30 --min-agreement 0.6 --max-mae 0.1 \
   --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
 
 echo

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::scenario::{active, healthy, remote_loader, run, stacks};
+use common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
 use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
 use gpu_bottleneck_exporter::snapshot::{Activity, ProcessStacks};
@@ -431,4 +431,63 @@ fn a_rank_held_in_a_collective_while_its_sms_are_full_is_not_waiting_on_its_gpu(
         "{:?}",
         active(&spinning)
     );
+}
+
+/// Rank `rank` of two children of one launcher (torchrun on bare metal: no pod, no Slurm
+/// job), its GPU `busy` with SM activity `sm`, its main thread seen in the all-reduce's
+/// host-side wait `collective` of the time and in the loop's Python for the rest.
+fn rank(rank: u32, busy: f64, sm: f64, collective: f64) -> GpuObservation {
+    let mut o = healthy(&format!("GPU-{rank}"));
+    o.index = rank;
+    o.ranks = Some("launcher:100".into());
+    o.busy = Some(busy);
+    o.idle_share = Some(1.0 - busy);
+    o.sm_activity = Some(sm);
+    o.stacks = seen(200, [0.0, 0.0, collective, 1.0 - collective, 0.0]);
+    o
+}
+
+/// Two ranks of small kernels (SM activity 0.33), both GPUs busy all the time; rank 1 runs
+/// 44 ms more Python a step, so rank 0 waits for it on the host in half its samples while its
+/// GPU still runs the queued step (random loop 100073). The exporter charged rank 0's GPU
+/// 0.47 of its time to communication, the truth 0.03: its peer's GPU was as busy, so its GPU
+/// never waited for it. Where the peer lags on its GPU too, the fast GPU spins in the
+/// collective for as long as it is busier, and that is communication.
+#[test]
+fn a_rank_waiting_on_the_host_while_its_gpu_works_as_long_as_its_peers_is_not_communicating() {
+    let share = |v: &GpuVerdict, kind| v.lost.as_ref().unwrap().share(Cause::Kind(kind));
+    let balanced = run_many(40, |_| {
+        vec![rank(0, 1.0, 0.33, 0.5), rank(1, 1.0, 0.33, 0.05)]
+    });
+    let fast = &balanced[0];
+    assert!(share(fast, Kind::Communication) < 0.1, "{:?}", fast.lost);
+    assert!(
+        share(fast, Kind::KernelEfficiency) > 0.55,
+        "{:?}",
+        fast.lost
+    );
+    assert_eq!(fast.primary, Primary::Bottleneck(Kind::KernelEfficiency));
+    assert!(fast
+        .lost
+        .as_ref()
+        .unwrap()
+        .reasons
+        .iter()
+        .any(|r| r.contains("its peers' GPUs were as busy")));
+    // The same rank alone (its peer not known to be one): nothing to compare with, and the
+    // wait stays the collective's.
+    let alone = run(40, |_| GpuObservation {
+        ranks: None,
+        ..rank(0, 1.0, 0.33, 0.5)
+    });
+    assert!(share(&alone, Kind::Communication) > 0.4, "{:?}", alone.lost);
+    // The peer's GPU idles 30 % of the time (its host is late): the fast GPU spins that long
+    // in the all-reduce, its SMs empty, and communication is its cost.
+    let lagging = run_many(40, |_| {
+        vec![rank(0, 1.0, 0.62, 0.5), rank(1, 0.7, 0.6, 0.05)]
+    });
+    let fast = &lagging[0];
+    let communication = share(fast, Kind::Communication);
+    assert!((0.28..=0.4).contains(&communication), "{:?}", fast.lost);
+    assert_eq!(fast.primary, Primary::Bottleneck(Kind::Communication));
 }

@@ -27,9 +27,10 @@
 //! **Busy time**, either way, each part capped by the busy time left: the share of the GPU's
 //! work other processes did (time-sharing) → contention; a rank waiting in a collective while
 //! its GPU spins in the collective's kernels → communication (at most the busy time its SMs
-//! sat empty: a spinning collective leaves them so); other SMs empty while the GPU is busy
-//! (GPM) → kernel_efficiency; clocks held below their maximum by a limiting reason →
-//! throttling.
+//! sat empty: a spinning collective leaves them so; beside peers whose stacks are seen, at
+//! most its excess over the least busy of them: [`super::ranks`]); other SMs empty while the
+//! GPU is busy (GPM) → kernel_efficiency; clocks held below their maximum by a limiting
+//! reason → throttling.
 
 use super::rules::IDLE_BUSY;
 use super::{Basis, Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
@@ -446,11 +447,7 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
         add(lost, Cause::Kind(cause), taken);
         taken
     };
-    let shared = w
-        .sharing
-        .as_ref()
-        .filter(|s| s.working.is_some_and(|n| n >= 2))
-        .and_then(|s| s.main_work_share);
+    let shared = main_work_share(w);
     if let Some(main) = shared {
         take(lost, Kind::Contention, busy * (1.0 - main));
         lost.reasons.push(format!(
@@ -463,11 +460,17 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
     // empty: a rank held in a collective while its GPU still runs its queued compute (a full
     // launch queue, a host-side barrier) is not waiting on its GPU.
     let empty_sms = w.sm_activity.map(|sm| (busy - sm).max(0.0));
-    let collective = take(
-        lost,
-        Kind::Communication,
-        empty_sms.map_or(in_collective, |empty| in_collective.min(empty)),
-    );
+    let seen = empty_sms.map_or(in_collective, |empty| in_collective.min(empty));
+    // Its peers' GPUs as busy as its own: the rank's wait was theirs, not its GPU's.
+    let cap = w.collective_busy_cap.unwrap_or(f64::INFINITY);
+    if seen - cap >= NOTED * busy {
+        lost.reasons.push(format!(
+            "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
+            percent(cap),
+            percent(seen)
+        ));
+    }
+    let collective = take(lost, Kind::Communication, seen.min(cap));
     lost.collective_busy = collective;
     // The device's SM activity mixes every process's kernels: the main job's empty SMs are
     // its share of the empty time (its share of the work), not the other jobs' (theirs is
@@ -481,6 +484,14 @@ fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: 
         let useful = busy - collective - empty - shared.map_or(0.0, |m| busy * (1.0 - m));
         take(lost, Kind::Throttling, throttled * useful * (1.0 - clock));
     }
+}
+
+/// The main job's share of the GPU's work where other processes do a real share of it.
+pub fn main_work_share(w: &WindowFigures) -> Option<f64> {
+    w.sharing
+        .as_ref()
+        .filter(|s| s.working.is_some_and(|n| n >= 2))
+        .and_then(|s| s.main_work_share)
 }
 
 /// Evidence that stands whatever the stacks show: facts about the device, its link, who runs

@@ -6,6 +6,7 @@ pub mod advice;
 pub mod attribution;
 pub mod network;
 pub mod observation;
+pub mod ranks;
 pub mod rules;
 pub mod window;
 
@@ -103,9 +104,8 @@ impl Analyzer {
             self.window.pop_front();
         }
         self.window.push_back((at, observations.clone()));
-        let current = observations;
-        let mut figures: Vec<(GpuObservation, WindowFigures, Option<String>)> = current
-            .into_iter()
+        let mut windows: Vec<WindowFigures> = observations
+            .iter()
             .map(|now| {
                 let history: Vec<&GpuObservation> = self
                     .window
@@ -113,31 +113,19 @@ impl Analyzer {
                     .flat_map(|(_, tick)| tick)
                     .filter(|o| o.uuid == now.uuid)
                     .collect();
-                let job = now.job.clone();
-                (now, window_figures(&history), job)
+                window_figures(&history)
             })
             .collect();
-        // Multi-GPU jobs: each GPU's gap to the busiest GPU of its job.
-        let mut busiest: BTreeMap<String, f64> = BTreeMap::new();
-        let mut members: BTreeMap<String, usize> = BTreeMap::new();
-        for (_, w, job) in &figures {
-            if let (Some(job), Some(busy)) = (job, w.busy) {
-                let entry = busiest.entry(job.clone()).or_insert(busy);
-                *entry = entry.max(busy);
-                *members.entry(job.clone()).or_default() += 1;
-            }
-        }
-        for (_, w, job) in &mut figures {
-            if let (Some(job), Some(busy)) = (job.as_ref(), w.busy) {
-                if members[job] > 1 {
-                    w.job_gap = Some(busiest[job] - busy);
-                }
-            }
-        }
         let thresholds = self.thresholds.clone();
-        let verdicts: Vec<GpuVerdict> = figures
-            .into_iter()
-            .map(|(now, w, _)| self.decide(&now, w, at, horizon, &thresholds))
+        let key = |f: fn(&GpuObservation) -> &Option<String>| -> Vec<Option<&str>> {
+            observations.iter().map(|o| f(o).as_deref()).collect()
+        };
+        ranks::job_gaps(&key(|o| &o.job), &mut windows);
+        ranks::collective_caps(&key(|o| &o.ranks), &mut windows, &thresholds);
+        let verdicts: Vec<GpuVerdict> = observations
+            .iter()
+            .zip(windows)
+            .map(|(now, w)| self.decide(now, w, at, horizon, &thresholds))
             .collect();
         let live: Vec<&String> = verdicts.iter().map(|v| &v.uuid).collect();
         self.latches.retain(|(uuid, _), _| live.contains(&uuid));
@@ -158,6 +146,7 @@ impl Analyzer {
     ) -> Option<LostTime> {
         let mut tick = window_figures(&[now]);
         tick.job_gap = window.job_gap;
+        tick.collective_busy_cap = window.collective_busy_cap;
         // The tick is attributed by where the main thread was lately, not over the whole
         // stacks window: a cause that starts mid-window shows in the ticks after it.
         if let Some(stacks) = tick

@@ -54,6 +54,11 @@ pub struct GpuObservation {
     pub other_jobs: Vec<String>,
     /// What groups this GPU with others of the same job (a process, pod or Slurm job).
     pub job: Option<String>,
+    /// What groups this GPU with the other ranks its main process may exchange gradients
+    /// with: its job, else its launcher (children of one parent on separate GPUs, as
+    /// torchrun's ranks are on bare metal; two experiments started from one shell are too,
+    /// which is why only the collective cap, never the job's busy gap, compares them).
+    pub ranks: Option<String>,
     /// Processes doing a real share of the GPU's work (per-process SM samples at or above
     /// [`SHARER_MIN_SM`]); `None` where the driver reports no per-process utilization.
     pub working_processes: Option<u32>,
@@ -190,6 +195,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                         .map(|g| format!("slurm:{}", g.slurm_job))
                 }
             });
+            let ranks = job.clone().or_else(|| {
+                let parent = context?.ppid;
+                (parent > 1).then(|| format!("launcher:{parent}"))
+            });
             let (independent_jobs, other_jobs) = jobs_on(device, &contexts);
             let work = working(device, &contexts);
             GpuObservation {
@@ -226,6 +235,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 independent_jobs,
                 other_jobs,
                 job,
+                ranks,
                 working_processes: work.as_ref().map(|w| w.processes),
                 working_jobs: work.as_ref().and_then(|w| w.jobs),
                 working_others: work.as_ref().map(|w| w.others.clone()).unwrap_or_default(),
@@ -600,6 +610,53 @@ mod tests {
             jobs(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]).0,
             Some(2)
         );
+    }
+
+    /// Two GPUs, each with one main process, as `observe` groups them: (job, ranks) per GPU.
+    fn groups(contexts: Vec<ProcessContext>) -> Vec<(Option<String>, Option<String>)> {
+        let devices = contexts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| GpuDevice {
+                index: i as u32,
+                uuid: format!("GPU-{i}"),
+                up: true,
+                process_count: Some(1),
+                processes: vec![GpuProcess {
+                    pid: c.pid,
+                    ..GpuProcess::default()
+                }],
+                ..GpuDevice::default()
+            })
+            .collect();
+        let snapshot = Snapshot {
+            gpu: Some(GpuSnapshot {
+                nvml_up: true,
+                devices,
+                ..GpuSnapshot::default()
+            }),
+            processes: contexts,
+            ..Snapshot::default()
+        };
+        observe(&snapshot, 0.0)
+            .into_iter()
+            .map(|o| (o.job, o.ranks))
+            .collect()
+    }
+
+    #[test]
+    fn children_of_one_launcher_on_separate_gpus_are_ranks_not_a_job() {
+        // torchrun on bare metal: two children of pid 7, no pod, no Slurm job.
+        let bare = groups(vec![process(20, 7, "", &[]), process(21, 7, "", &[])]);
+        let launcher = Some("launcher:7".to_string());
+        assert_eq!(bare, vec![(None, launcher.clone()), (None, launcher)]);
+        // In a pod, the pod is both.
+        let pod = groups(vec![process(30, 8, "p", &[]), process(31, 9, "p", &[])]);
+        assert_eq!(pod[0], (Some("pod:p".into()), Some("pod:p".into())));
+        assert_eq!(pod[0], pod[1]);
+        // Orphans (reparented to init) are nobody's ranks.
+        let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]);
+        assert_eq!(orphans, vec![(None, None), (None, None)]);
     }
 
     #[test]

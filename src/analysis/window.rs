@@ -67,6 +67,7 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
         workers_voluntary_switches: m(|o| o.workers_voluntary_switches),
         steal: m(|o| o.steal),
         job_gap: None,
+        collective_busy_cap: None,
         job_ingress: m(|o| o.job_ingress),
         job_egress: m(|o| o.job_egress),
         job_interface: window.last().and_then(|o| o.job_interface.clone()),

@@ -361,6 +361,10 @@ pub struct WindowFigures {
     pub steal: Option<f64>,
     /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
     pub job_gap: Option<f64>,
+    /// The most of the busy time collectives can have cost this rank: how much longer its GPU
+    /// was busy, or its SMs empty, than its job's least busy rank's, plus the least busy time
+    /// any of the ranks spent in collectives (`None`: no peers, or peers without stacks).
+    pub collective_busy_cap: Option<f64>,
     /// Mean bytes per second the main GPU process's network namespace received (its pod's
     /// ingress; the node's where it shares the node's namespace).
     pub job_ingress: Option<f64>,

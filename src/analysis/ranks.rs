@@ -1,0 +1,94 @@
+//! The GPUs of one job compared: each GPU's busy gap to the busiest GPU of its job, and the
+//! most busy time collectives can have cost each rank. Pure: one window's figures per GPU in,
+//! the same figures with the comparisons filled in out.
+
+use std::collections::BTreeMap;
+
+use super::attribution::{lost_time, main_work_share};
+use super::{Basis, WindowFigures};
+use crate::config::Analysis as Thresholds;
+
+/// The positions of the GPUs that share a key, for every key at least two GPUs share.
+fn groups<'a>(keys: &[Option<&'a str>]) -> impl Iterator<Item = Vec<usize>> + 'a {
+    let mut members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        if let Some(key) = key {
+            members.entry(key).or_default().push(i);
+        }
+    }
+    members.into_values().filter(|m| m.len() > 1)
+}
+
+/// Each GPU of a multi-GPU job (`jobs`, one per window) gets its gap to the busiest GPU of
+/// the job.
+pub fn job_gaps(jobs: &[Option<&str>], windows: &mut [WindowFigures]) {
+    for members in groups(jobs) {
+        let known: Vec<(usize, f64)> = members
+            .iter()
+            .filter_map(|&i| Some((i, windows[i].busy?)))
+            .collect();
+        if known.len() < 2 {
+            continue;
+        }
+        let busiest = known.iter().map(|(_, b)| *b).fold(f64::MIN, f64::max);
+        for (i, busy) in known {
+            windows[i].job_gap = Some(busiest - busy);
+        }
+    }
+}
+
+/// Each rank of a group (`ranks`, one per window) whose ranks all have their stacks observed
+/// gets the most busy time collectives can have cost it.
+///
+/// Ranks that exchange gradients step together: a rank's GPU spins in a collective, busy and
+/// with its SMs nearly empty, while a slower peer finishes its step, so it is busy longer
+/// (and its SMs empty longer) than that peer by as long as it spins. A rank whose main thread
+/// waits in a collective on the host (a barrier, gloo) while its GPU still runs the step's
+/// queued kernels is not waiting on its GPU, however long it sits there: its peers' GPUs are
+/// as busy. So the cap is the rank's excess over the job's least busy rank (its own work's
+/// busy time or empty SMs, whichever says more; identical ranks spin by the same amount on
+/// both), plus what collectives cost every rank alike (the least any rank's stacks explain:
+/// the transfer itself, or a wait for ranks on other nodes).
+pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t: &Thresholds) {
+    for members in groups(ranks) {
+        let figures: Option<Vec<RankFigures>> = members
+            .iter()
+            .map(|&i| rank_figures(&windows[i], t))
+            .collect();
+        let Some(figures) = figures else {
+            continue;
+        };
+        let least = |f: fn(&RankFigures) -> f64| figures.iter().map(f).fold(f64::MAX, f64::min);
+        let least_busy = least(|r| r.busy);
+        let least_empty = least(|r| r.empty);
+        let least_in_collectives = least(|r| r.in_collectives);
+        for (&i, rank) in members.iter().zip(&figures) {
+            let excess = (rank.busy - least_busy).max(rank.empty - least_empty);
+            windows[i].collective_busy_cap = Some(excess + least_in_collectives);
+        }
+    }
+}
+
+/// What one rank's window says of its own work, for comparing it with its peers.
+struct RankFigures {
+    /// Busy share of the window, its own work's.
+    busy: f64,
+    /// Busy share with the SMs empty, its own work's.
+    empty: f64,
+    /// Busy share its stacks put in collectives.
+    in_collectives: f64,
+}
+
+/// A rank's figures, where its stacks are observed and its busy time known.
+fn rank_figures(w: &WindowFigures, t: &Thresholds) -> Option<RankFigures> {
+    let spent = lost_time(w, &[], t).filter(|l| l.basis == Basis::Observed)?;
+    // The rank's own work: another job's kernels on its GPU are contention.
+    let own = main_work_share(w).unwrap_or(1.0);
+    let busy = w.busy?.clamp(0.0, 1.0);
+    let empty = w.sm_activity.map_or(0.0, |sm| (busy - sm).max(0.0));
+    Some(RankFigures {
+        busy: busy * own,
+        empty: empty * own,
+        in_collectives: spent.collective_busy,
+    })
+}

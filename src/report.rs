@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::analysis::advice::{explanation, next_steps};
+use crate::analysis::{explanation, next_steps};
 use crate::analysis::{Cause, GpuVerdict, InputSource, KindVerdict, LostTime, Primary};
 use crate::snapshot::{Activity, ProcessStacks};
 
@@ -183,7 +183,7 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                         .evidence
                         .iter()
                         .map(|e| {
-                            let mut item = json!({"input": e.name, "value": e.value, "threshold": e.threshold, "strength": e.strength});
+                            let mut item = json!({"input": e.signal.name(), "value": e.value, "threshold": e.threshold, "strength": e.strength});
                             if !e.detail.is_empty() {
                                 item["detail"] = json!(e.detail);
                             }
@@ -278,8 +278,12 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
                 .iter()
                 .filter(|e| e.strength >= 0.5)
                 .map(|e| {
-                    let figure =
-                        format!("{} {:.3} (threshold {:.3})", e.name, e.value, e.threshold);
+                    let figure = format!(
+                        "{} {:.3} (threshold {:.3})",
+                        e.signal.name(),
+                        e.value,
+                        e.threshold
+                    );
                     if e.detail.is_empty() {
                         figure
                     } else {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::analysis::{Analyzer, Kind};
+use crate::analysis::Analyzer;
 use crate::config::{Config, Metrics};
 use crate::exposition::{self, Exposition};
 use crate::snapshot::{Snapshot, SourceOutcome, SourceStatus};
@@ -119,10 +119,7 @@ impl Sampler {
         // scores past the leave score (a latched case stays active down to it).
         let leave_score = self.analyzer.thresholds().leave_score;
         self.culprits_wanted = snapshot.verdicts.iter().flat_map(|v| &v.kinds).any(|k| {
-            matches!(
-                k.scored.kind,
-                Kind::DataIo | Kind::DataCpu | Kind::Contention
-            ) && k.scored.score.is_some_and(|s| s >= leave_score)
+            k.scored.kind.spec().wants_culprits && k.scored.score.is_some_and(|s| s >= leave_score)
         });
         snapshot
     }

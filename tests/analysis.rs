@@ -6,9 +6,9 @@ mod common;
 
 use common::exposition::value;
 use common::scenario::{active, does_not_fire, fires, healthy, run, run_many, score, stacks};
-use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, Kind, Primary};
-use gpu_bottleneck_exporter::config::Analysis;
+use gpu_bottleneck_exporter::config::Thresholds;
 use gpu_bottleneck_exporter::snapshot::{Activity, Culprits, NodeProcess, Snapshot};
 
 #[test]
@@ -311,7 +311,7 @@ fn a_main_thread_seen_waiting_for_its_loader_is_data_by_the_workers_state() {
         .scored
         .evidence
         .iter()
-        .find(|e| e.name == "main_thread_waits_for_loader")
+        .find(|e| e.signal.name() == "main_thread_waits_for_loader")
         .unwrap();
     assert_eq!(quoted.value, 0.7);
     assert_eq!(
@@ -399,7 +399,8 @@ fn a_rank_seen_mostly_in_a_collective_waits_for_its_peers() {
     assert!(communication
         .evidence
         .iter()
-        .any(|e| e.name == "main_thread_in_collective" && e.detail.contains("/job/train.py:57")));
+        .any(|e| e.signal.name() == "main_thread_in_collective"
+            && e.detail.contains("/job/train.py:57")));
     assert!(!active(&verdicts[1]).contains(&Kind::Communication));
     let verdicts = ranks("pod:b");
     assert_eq!(
@@ -457,7 +458,7 @@ fn the_evidence_names_who_else_takes_the_disk_or_the_cpus() {
     });
     let named = storage
         .iter()
-        .find(|e| e.name == "busiest_disk_processes")
+        .find(|e| e.signal.name() == "busiest_disk_processes")
         .unwrap();
     assert_eq!(
         named.detail,
@@ -471,7 +472,7 @@ fn the_evidence_names_who_else_takes_the_disk_or_the_cpus() {
     });
     let named = cpus
         .iter()
-        .find(|e| e.name == "busiest_cpu_processes")
+        .find(|e| e.signal.name() == "busiest_cpu_processes")
         .unwrap();
     assert!(
         named
@@ -553,7 +554,7 @@ fn contention_from_an_independent_job_beats_softer_kinds() {
         .scored
         .evidence
         .iter()
-        .find(|e| e.name == "other_jobs_on_gpu")
+        .find(|e| e.signal.name() == "other_jobs_on_gpu")
         .unwrap();
     assert_eq!(named.detail, "pid 812 (python3, pod 6f1c)");
     // Near miss: two processes of one job (a rank and its child) share the GPU.
@@ -621,7 +622,7 @@ fn flapping_input_does_not_flap_the_verdict() {
     // The disk alternates between saturated and 70 % every two seconds while the GPU starves:
     // a single-threshold rule would flip every two seconds (0.7 scores 0.44, under the 0.5
     // enter score); averaged over the window the verdict enters once and holds.
-    let mut analyzer = Analyzer::new(Analysis::default());
+    let mut analyzer = Analyzer::new(Thresholds::default());
     let mut states = Vec::new();
     for s in 0..90u32 {
         let disk = if (s / 2) % 2 == 0 { 1.0 } else { 0.7 };

@@ -5,7 +5,7 @@
 mod common;
 
 use common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
-use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
 use gpu_bottleneck_exporter::snapshot::{Activity, ProcessStacks};
 
@@ -132,7 +132,7 @@ fn processes_time_sharing_a_gpu_are_contention_whatever_their_parentage() {
         .scored
         .evidence
         .iter()
-        .find(|e| e.name == "own_processes_share_gpu")
+        .find(|e| e.signal.name() == "own_processes_share_gpu")
         .unwrap();
     assert_eq!(fact.detail, "pid 4243 (python3)");
     // The other process did half the GPU's work: 30 % of the window went to it.
@@ -151,7 +151,7 @@ fn processes_time_sharing_a_gpu_are_contention_whatever_their_parentage() {
         .scored
         .evidence
         .iter()
-        .any(|e| e.name == "other_jobs_on_gpu" && e.strength >= 0.9));
+        .any(|e| e.signal.name() == "other_jobs_on_gpu" && e.strength >= 0.9));
     // Near miss: a parent's helper holding a context and doing no work is not a sharer.
     let helper = run(40, |_| {
         let mut o = healthy("GPU-a");

@@ -7,8 +7,8 @@ mod common;
 
 use common::exposition::value;
 use common::scenario::{healthy, run, stacks};
-use gpu_bottleneck_exporter::analysis::advice::{explanation, next_steps};
-use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::GpuObservation;
+use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::{Kind, Primary};
 use gpu_bottleneck_exporter::report::{any_bottleneck, text_report};
 use gpu_bottleneck_exporter::snapshot::Activity;

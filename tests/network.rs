@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::exposition::value;
 use common::TempDir;
-use gpu_bottleneck_exporter::analysis::observation::observe;
+use gpu_bottleneck_exporter::analysis::observe;
 use gpu_bottleneck_exporter::config::{
     NetworkFilesystemsSource as MountsConfig, NetworkSource as NetworkConfig,
 };

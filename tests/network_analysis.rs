@@ -5,8 +5,8 @@
 mod common;
 
 use common::scenario::{active, healthy, remote_loader, run, stacks};
-use gpu_bottleneck_exporter::analysis::advice::{explanation, next_steps};
-use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::GpuObservation;
+use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::{
     Basis, GpuVerdict, InputSource, Kind, LinkLoad, MountLoad, Primary,
 };
@@ -30,7 +30,7 @@ fn nfs_loader(o: &mut GpuObservation) {
 
 fn evidence<'a>(verdict: &'a GpuVerdict, kind: Kind, name: &str) -> Option<&'a str> {
     let k = verdict.kind(kind)?;
-    let e = k.scored.evidence.iter().find(|e| e.name == name)?;
+    let e = k.scored.evidence.iter().find(|e| e.signal.name() == name)?;
     Some(e.detail.as_str())
 }
 

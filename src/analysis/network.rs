@@ -2,9 +2,11 @@
 //! filesystem, a pod streaming its data set) and collectives crossing a saturated or slow
 //! link. Pure: window figures in, evidence out, scored "high is bad" like every rule's.
 
-use super::rules::{high, high_ratio, per_second};
+use super::score::{high, high_ratio};
+use super::text::per_second;
 use super::{Evidence, LinkLoad, WindowFigures};
-use crate::config::Analysis as Thresholds;
+use crate::config::Thresholds;
+use crate::snapshot::Signal;
 
 /// NFS requests per second below which a mount is not what a loop reads from.
 const MOUNT_REQUESTS_MIN: f64 = 1.0;
@@ -63,7 +65,7 @@ pub fn remote_input(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
         .filter(|m| m.requests_per_second >= MOUNT_REQUESTS_MIN)
     {
         evidence.push(Evidence {
-            name: "busiest_mount",
+            signal: Signal::BusiestMount,
             value: mount.read_rtt_seconds,
             threshold: t.nfs_rtt_high,
             strength: high(mount.read_rtt_seconds, t.nfs_rtt_high),
@@ -93,7 +95,7 @@ pub fn remote_input(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
             _ => (0.0, String::new()),
         };
         evidence.push(Evidence {
-            name: "job_ingress",
+            signal: Signal::JobIngress,
             value: ingress,
             threshold: 0.0,
             strength,
@@ -106,7 +108,7 @@ pub fn remote_input(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
     }
     if !w.network_mounts.is_empty() {
         evidence.push(Evidence {
-            name: "network_mounts",
+            signal: Signal::NetworkMounts,
             value: w.network_mounts.len() as f64,
             threshold: 0.0,
             strength: 0.0,
@@ -128,7 +130,7 @@ pub fn inter_node(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
     let utilization = link.utilization();
     let carries = carries_job(w, link, t);
     evidence.push(Evidence {
-        name: "busiest_link",
+        signal: Signal::BusiestLink,
         value: utilization,
         threshold: t.link_utilization_high,
         strength: if symmetric && carries {
@@ -142,7 +144,7 @@ pub fn inter_node(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
     // wait on when they wait in collectives.
     if carries && link.speed_bytes_per_second < t.link_speed_min && utilization >= 0.1 {
         evidence.push(Evidence {
-            name: "slow_link",
+            signal: Signal::SlowLink,
             value: link.speed_bytes_per_second,
             threshold: t.link_speed_min,
             strength: 0.5,
@@ -157,14 +159,10 @@ pub fn inter_node(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
     evidence
 }
 
-/// The strongest of a list of evidence (0 when empty).
-pub fn strongest(evidence: &[Evidence]) -> f64 {
-    evidence.iter().fold(0.0, |a, e| a.max(e.strength))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::score::strongest;
     use crate::snapshot::MountLoad;
 
     fn link(receive: f64, transmit: f64, gbits: f64) -> Option<LinkLoad> {
@@ -194,10 +192,10 @@ mod tests {
             ..WindowFigures::default()
         };
         let evidence = remote_input(&w, &t);
-        assert_eq!(evidence[0].name, "busiest_mount");
+        assert_eq!(evidence[0].signal, Signal::BusiestMount);
         assert_eq!(evidence[0].strength, 1.0, "25 ms is five times slow");
         assert!(evidence[0].detail.contains("READ round trip 25.0 ms"));
-        assert_eq!(evidence[1].name, "job_ingress");
+        assert_eq!(evidence[1].signal, Signal::JobIngress);
         assert!(evidence[1].strength > 0.7);
         assert!(evidence[1].detail.contains("eth0 (25 Gb/s) at 95 % in"));
         // A quick mount and an idle link: named, not held against anyone.
@@ -228,7 +226,7 @@ mod tests {
         // Input arriving saturates one direction only: not the collectives' link.
         assert_eq!(inter_node(&busy(0.95, 0.05, 100.0), &t)[0].strength, 0.0);
         let slow = inter_node(&busy(0.5, 0.5, 10.0), &t);
-        assert_eq!(slow[1].name, "slow_link");
+        assert_eq!(slow[1].signal, Signal::SlowLink);
         assert!(slow[1].detail.contains("10 Gb/s, below the 25 Gb/s"));
         // Another job's traffic on the node's link is not held against this one.
         let others = WindowFigures {

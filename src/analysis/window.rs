@@ -1,7 +1,7 @@
 //! One GPU's observations averaged over the analysis window: the figures every rule and the
 //! attribution read.
 
-use super::observation::{mean, share, GpuObservation};
+use super::observation::GpuObservation;
 use super::{LinkLoad, MountLoad, Sharing, WindowFigures};
 
 /// Averages one GPU's observations (oldest first) over the window.
@@ -110,4 +110,17 @@ pub fn window_figures(window: &[&GpuObservation]) -> WindowFigures {
 /// figure the last tick has).
 fn mean_of(window: &[&GpuObservation], f: impl Fn(&GpuObservation) -> Option<f64>) -> f64 {
     mean(window.iter().map(|o| f(o))).unwrap_or(0.0)
+}
+
+/// Mean of the values present over the window; `None` if none is.
+pub fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let (sum, n) = values
+        .flatten()
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Share of the window in which a flag was set, over the ticks where it is known.
+pub fn share(values: impl Iterator<Item = Option<bool>>) -> Option<f64> {
+    mean(values.map(|v| v.map(|b| if b { 1.0 } else { 0.0 })))
 }

@@ -10,7 +10,7 @@ use super::*;
 /// long, so bursty workloads do not flap.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Analysis {
+pub struct Thresholds {
     /// Sliding window the inputs are averaged over.
     pub window: ConfigDuration,
     /// How long a score must stay past a threshold before a verdict changes.
@@ -115,9 +115,9 @@ pub struct Analysis {
     pub hang_after: ConfigDuration,
 }
 
-impl Default for Analysis {
+impl Default for Thresholds {
     fn default() -> Self {
-        Analysis {
+        Thresholds {
             window: ConfigDuration(Duration::from_secs(30)),
             min_duration: ConfigDuration(Duration::from_secs(10)),
             enter_score: 0.5,

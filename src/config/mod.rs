@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer};
 mod analysis;
 mod sources;
 
-pub use analysis::Analysis;
+pub use analysis::Thresholds;
 pub use sources::*;
 
 /// The port we listen on by default: not node_exporter's 9100, dcgm-exporter's 9400 nor
@@ -39,7 +39,7 @@ pub struct Config {
     /// Which sources run and how each one selects what it reads.
     pub sources: Sources,
     /// How verdicts are decided: window, hysteresis and every rule's thresholds.
-    pub analysis: Analysis,
+    pub analysis: Thresholds,
     /// Which metric families `/metrics` serves.
     pub metrics: Metrics,
 }
@@ -93,7 +93,7 @@ impl Default for Config {
             log_level: LogLevel::Info,
             paths: Paths::default(),
             sources: Sources::default(),
-            analysis: Analysis::default(),
+            analysis: Thresholds::default(),
             metrics: Metrics::default(),
         }
     }

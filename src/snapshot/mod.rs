@@ -6,10 +6,12 @@
 
 mod network;
 mod process;
+mod signal;
 mod verdict;
 
 pub use network::*;
 pub use process::*;
+pub use signal::*;
 pub use verdict::*;
 
 /// Everything sampled on one tick.

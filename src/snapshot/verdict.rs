@@ -4,9 +4,10 @@
 //! and depends on no stage; `analysis` computes these values, `exposition` and `report` show
 //! them.
 
-use super::{Activity, Culprits, ProcessStacks};
+use super::{Activity, Culprits, ProcessStacks, Signal};
 
-/// The bottleneck kinds of the taxonomy (DESIGN.md §1), in report order.
+/// The bottleneck kinds of the taxonomy, in report order (what each means, its evidence and
+/// its rules: `analysis::kinds`, one file per kind; docs/verdicts.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     /// Storage cannot feed the input pipeline.
@@ -66,8 +67,8 @@ impl Kind {
 /// One input of a rule: its window value, the threshold and how strongly it counted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
-    /// Input name.
-    pub name: &'static str,
+    /// The input.
+    pub signal: Signal,
     /// Window value.
     pub value: f64,
     /// Threshold it is compared with.

@@ -1,9 +1,9 @@
 //! Scenario helpers for the analysis tests: a healthy GPU's observation, timelines of ticks
 //! through a real `Analyzer`, and assertions on the verdicts.
 
-use gpu_bottleneck_exporter::analysis::observation::GpuObservation;
+use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
-use gpu_bottleneck_exporter::config::Analysis;
+use gpu_bottleneck_exporter::config::Thresholds;
 use gpu_bottleneck_exporter::snapshot::{Activity, FrameShare, ProcessStacks};
 
 /// A main thread seen `share` of its samples in `activity` (the rest in Python), most often at
@@ -83,7 +83,7 @@ pub fn run(seconds: u32, at: impl Fn(u32) -> GpuObservation) -> GpuVerdict {
 }
 
 pub fn run_many(seconds: u32, at: impl Fn(u32) -> Vec<GpuObservation>) -> Vec<GpuVerdict> {
-    let mut analyzer = Analyzer::new(Analysis::default());
+    let mut analyzer = Analyzer::new(Thresholds::default());
     let mut last = Vec::new();
     for s in 0..seconds {
         let tick: Vec<GpuObservation> = at(s)

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::attribution::{lost_time, main_work_share};
+use super::attribute::{lost_time, main_work_share};
 use super::{Basis, WindowFigures};
-use crate::config::Analysis as Thresholds;
+use crate::config::Thresholds;
 
 /// The positions of the GPUs that share a key, for every key at least two GPUs share.
 fn groups<'a>(keys: &[Option<&'a str>]) -> impl Iterator<Item = Vec<usize>> + 'a {

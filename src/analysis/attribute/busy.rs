@@ -1,0 +1,62 @@
+//! The busy time that did no useful work for the main job: other processes' work, a
+//! collective's spinning kernels, empty SMs, held-down clocks.
+
+use super::{add, NOTED};
+use crate::analysis::text::percent;
+use crate::analysis::{Cause, Kind, LostTime, WindowFigures};
+
+/// Busy time that did no useful work for the main job, each part capped by what is left.
+pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: f64) {
+    let mut left = busy;
+    let mut take = |lost: &mut LostTime, cause: Kind, share: f64| {
+        let taken = share.clamp(0.0, left);
+        left -= taken;
+        add(lost, Cause::Kind(cause), taken);
+        taken
+    };
+    let shared = main_work_share(w);
+    if let Some(main) = shared {
+        take(lost, Kind::Contention, busy * (1.0 - main));
+        lost.reasons.push(format!(
+            "other processes did {} of the GPU's work",
+            percent(1.0 - main)
+        ));
+    }
+    // A GPU spinning in a collective's kernels leaves its SMs nearly empty (NCCL runs on a
+    // few channels), so the busy time a collective explains is at most the time the SMs sat
+    // empty: a rank held in a collective while its GPU still runs its queued compute (a full
+    // launch queue, a host-side barrier) is not waiting on its GPU.
+    let empty_sms = w.sm_activity.map(|sm| (busy - sm).max(0.0));
+    let seen = empty_sms.map_or(in_collective, |empty| in_collective.min(empty));
+    // Its peers' GPUs as busy as its own: the rank's wait was theirs, not its GPU's.
+    let cap = w.collective_busy_cap.unwrap_or(f64::INFINITY);
+    if seen - cap >= NOTED * busy {
+        lost.reasons.push(format!(
+            "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
+            percent(cap),
+            percent(seen)
+        ));
+    }
+    let collective = take(lost, Kind::Communication, seen.min(cap));
+    lost.collective_busy = collective;
+    // The device's SM activity mixes every process's kernels: the main job's empty SMs are
+    // its share of the empty time (its share of the work), not the other jobs' (theirs is
+    // theirs, and their time is contention already). Those a collective left empty are its.
+    let empty = empty_sms.map_or(0.0, |empty| {
+        let own = (empty - collective) * shared.unwrap_or(1.0);
+        take(lost, Kind::KernelEfficiency, own)
+    });
+    // Clocks held down slow the useful busy time that is left by the clock's shortfall.
+    if let (Some(throttled), Some(clock)) = (w.throttled_share, w.throttled_clock_ratio) {
+        let useful = busy - collective - empty - shared.map_or(0.0, |m| busy * (1.0 - m));
+        take(lost, Kind::Throttling, throttled * useful * (1.0 - clock));
+    }
+}
+
+/// The main job's share of the GPU's work where other processes do a real share of it.
+pub fn main_work_share(w: &WindowFigures) -> Option<f64> {
+    w.sharing
+        .as_ref()
+        .filter(|s| s.working.is_some_and(|n| n >= 2))
+        .and_then(|s| s.main_work_share)
+}

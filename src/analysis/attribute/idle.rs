@@ -1,0 +1,175 @@
+//! The idle time split: by what the main thread was seen doing (observed), or by the counter
+//! rules' scores (inferred).
+
+use super::loader::{split_loader, storage_busy};
+use super::{add, note};
+use crate::analysis::score::IDLE_BUSY;
+use crate::analysis::text::percent;
+use crate::analysis::{Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
+use crate::config::Thresholds;
+use crate::snapshot::{Activity, ProcessStacks};
+
+/// Splits the idle time by the main thread's activities; returns the collective time it did
+/// not explain (the rank waited for its peers while its GPU was busy).
+pub(super) fn split_observed(
+    lost: &mut LostTime,
+    w: &WindowFigures,
+    stacks: &ProcessStacks,
+    t: &Thresholds,
+) -> f64 {
+    let busy = 1.0 - lost.idle;
+    let sync = stacks.share(Activity::GpuSync);
+    let collective = stacks.share(Activity::Collective);
+    let other = stacks.share(Activity::Other);
+    // A loop without workers that computes its own samples runs Python when it "waits for its
+    // loader" (DataLoader with num_workers=0): the loop's own work, drained syncs and all.
+    let (loader, python) = {
+        let (loader, python) = (
+            stacks.share(Activity::DataLoader),
+            stacks.share(Activity::Python),
+        );
+        let loads_itself =
+            w.workers.unwrap_or(0.0) < 0.5 && w.busiest_thread.is_some_and(|b| b >= t.quiet_below);
+        if loads_itself {
+            (0.0, python + loader)
+        } else {
+            (loader, python)
+        }
+    };
+    // The GPU works while the thread waits for it; the rest of its busy time overlaps the
+    // thread's other activities evenly, and the idle time falls in them in that proportion.
+    let sync_busy = busy.min(sync);
+    let host = 1.0 - sync;
+    let idle_in_host = if host > 0.0 {
+        ((host - (busy - sync_busy)) / host).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // Waiting for a GPU that runs none of the job's work (a queue behind others' kernels).
+    add(lost, Cause::Kind(Kind::SyncStall), sync - sync_busy);
+    // Python right after a sync starts on an empty queue: the sync drained it. Where the
+    // thread waits for the GPU at least as long as it runs Python, the GPU is ahead at every
+    // sync and every drain happens there; where Python dominates, in that proportion.
+    let drained_by_sync = if python > 0.0 {
+        (sync / python).min(1.0)
+    } else {
+        0.0
+    };
+    let python_idle = python * idle_in_host;
+    add(
+        lost,
+        Cause::Kind(Kind::SyncStall),
+        python_idle * drained_by_sync,
+    );
+    note(
+        lost,
+        sync,
+        format!(
+            "the main thread waited for the GPU (synchronizing) in {} of the samples{}",
+            percent(sync),
+            if drained_by_sync > 0.0 && python_idle > 0.0 {
+                format!(
+                    "; the GPU then idles while the loop's Python runs on an empty queue ({} of that Python)",
+                    percent(drained_by_sync)
+                )
+            } else {
+                String::new()
+            }
+        ),
+    );
+    split_python(lost, w, t, python_idle * (1.0 - drained_by_sync), python);
+    split_loader(lost, w, t, loader * idle_in_host, loader);
+    let communication = collective * idle_in_host;
+    add(lost, Cause::Kind(Kind::Communication), communication);
+    note(
+        lost,
+        collective,
+        format!(
+            "the main thread waited for its peers in collectives in {} of the samples",
+            percent(collective)
+        ),
+    );
+    add(lost, Cause::Unexplained, other * idle_in_host);
+    (collective - communication).max(0.0)
+}
+
+/// The share of the job's CPU-side time that others take: none while the job's threads get a
+/// CPU when they want one (fewer than `cpu_wait_high` waiting on average: a job that is itself
+/// idle never loses its observation to the node's background); else the share of the job's
+/// CPUs' busy time that others hold; all of it under CPU-quota throttling.
+pub(super) fn cpu_taken_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
+    if w.cgroup_throttled
+        .is_some_and(|c| c >= t.cgroup_throttled_high)
+    {
+        return 1.0;
+    }
+    if !w.cpu_wait.is_some_and(|q| q >= t.cpu_wait_high) {
+        return 0.0;
+    }
+    match (w.own_cpu, w.other_cpu) {
+        (Some(own), Some(other)) if own + other > 0.0 => other / (own + other),
+        _ => 0.0,
+    }
+}
+
+/// The idle time the main thread spent in Python: host_bound, except the part it spent
+/// waiting for a CPU held by others (seen running less than it was seen active).
+fn split_python(lost: &mut LostTime, w: &WindowFigures, t: &Thresholds, share: f64, seen: f64) {
+    if seen <= 0.0 {
+        return;
+    }
+    let waiting = w
+        .busiest_thread
+        .map_or(0.0, |cpu| ((seen - cpu) / seen).clamp(0.0, 1.0));
+    let contended = share * waiting * cpu_taken_by_others(w, t);
+    add(lost, Cause::Kind(Kind::Contention), contended);
+    add(lost, Cause::Kind(Kind::HostBound), share - contended);
+    note(
+        lost,
+        seen,
+        format!(
+            "the main thread ran the loop's own Python in {} of the samples{}",
+            percent(seen),
+            if contended > 0.0 {
+                format!(
+                    ", waiting for CPUs others hold {} of that time",
+                    percent(contended / share)
+                )
+            } else {
+                String::new()
+            }
+        ),
+    );
+}
+
+/// Without stacks: the idle time in proportion to the counter rules' scores.
+pub(super) fn split_inferred(
+    lost: &mut LostTime,
+    w: &WindowFigures,
+    inferred: &[KindScore],
+    t: &Thresholds,
+) {
+    let weights: Vec<(Kind, f64)> = inferred
+        .iter()
+        .filter(|k| k.kind.explains_idle_time())
+        .filter_map(|k| Some((k.kind, k.score.filter(|s| *s >= t.leave_score)?)))
+        .collect();
+    let total: f64 = weights.iter().map(|(_, s)| s).sum();
+    let idle = lost.idle;
+    if total <= 0.0 || w.busy.is_some_and(|b| b < IDLE_BUSY) {
+        add(lost, Cause::Unexplained, idle);
+        return;
+    }
+    for (kind, score) in &weights {
+        add(lost, Cause::Kind(*kind), idle * score / total);
+    }
+    if weights.iter().any(|(k, _)| *k == Kind::DataIo) {
+        lost.input = Some(match storage_busy(w, t) {
+            Some(false) => InputSource::Remote,
+            _ => InputSource::LocalStorage,
+        });
+    }
+    lost.reasons.push(
+        "no Python stacks to observe: the idle time is split by the counter rules' scores".into(),
+    );
+}

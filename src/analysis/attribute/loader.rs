@@ -1,0 +1,158 @@
+//! The idle time the loop spent waiting for its loader, by what the workers' time went to.
+
+use super::idle::cpu_taken_by_others;
+use super::{add, note};
+use crate::analysis::network::job_namespace;
+use crate::analysis::text::{per_second, percent};
+use crate::analysis::{Cause, InputSource, Kind, LostTime, WindowFigures};
+use crate::config::Thresholds;
+
+/// Whether the node's storage shows load: half of any storage threshold.
+pub(super) fn storage_busy(w: &WindowFigures, t: &Thresholds) -> Option<bool> {
+    let figures = [
+        w.disk_util.map(|u| u >= 0.5 * t.disk_util_high),
+        w.iowait.map(|u| u >= 0.5 * t.iowait_high),
+        w.psi_io.map(|u| u >= 0.5 * t.psi_io_high),
+    ];
+    figures.iter().flatten().copied().reduce(|a, b| a || b)
+}
+
+/// The idle time the loop spent waiting for its loader (`share` of the window, `seen` of the
+/// main thread's samples), by what the workers did.
+pub(super) fn split_loader(
+    lost: &mut LostTime,
+    w: &WindowFigures,
+    t: &Thresholds,
+    share: f64,
+    seen: f64,
+) {
+    if seen <= 0.0 {
+        return;
+    }
+    let workers = w.workers.unwrap_or(0.0);
+    if workers < 0.5 {
+        // The main thread fetches its own samples (num_workers=0): it computes or it waits.
+        if w.busiest_thread.is_some_and(|b| b >= t.quiet_below) {
+            add(lost, Cause::Kind(Kind::HostBound), share);
+            let reason = format!(
+                "the main thread loads its own data (no loader workers) in {} of the samples, computing",
+                percent(seen)
+            );
+            note(lost, seen, reason);
+        } else {
+            let who = "the main thread (no loader workers)";
+            add_input(lost, w, t, (share, seen), (1.0, 0.0), who);
+        }
+        return;
+    }
+    let per_worker = |v: Option<f64>| v.unwrap_or(0.0) / workers;
+    let computing = per_worker(w.workers_cpu).clamp(0.0, 1.0);
+    // CPU in the kernel is the I/O side of the work (reads, receives), not decoding.
+    let in_kernel = per_worker(w.workers_system_cpu).clamp(0.0, computing);
+    let wait_cpu = per_worker(w.cpu_wait).clamp(0.0, 1.0 - computing);
+    let blocked_workers = match (w.workers_blkio, w.workers_disk_wait) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let blocked = per_worker(blocked_workers).clamp(0.0, 1.0 - computing - wait_cpu);
+    let sleeping = 1.0 - computing - wait_cpu - blocked;
+    // The workers' CPU side (computing and waiting for a CPU) is limited by the share of
+    // their CPUs they get: others' share of it is contention. The job's own part splits into
+    // reading (CPU in the kernel, and the waits after blocking: voluntary switches) and
+    // decoding (CPU in user space, and the waits after preemption).
+    let others = cpu_taken_by_others(w, t);
+    let own = 1.0 - others;
+    let after_blocking = w.workers_voluntary_switches.unwrap_or(if computing > 0.0 {
+        in_kernel / computing
+    } else {
+        0.5
+    });
+    let decoding = own * (computing - in_kernel + wait_cpu * (1.0 - after_blocking));
+    let reading = own * (in_kernel + wait_cpu * after_blocking) + blocked + sleeping;
+    let contended = (computing + wait_cpu) * others;
+    add(lost, Cause::Kind(Kind::DataCpu), share * decoding);
+    add(lost, Cause::Kind(Kind::Contention), share * contended);
+    note(lost, seen, format!(
+        "the main thread waited for its loader in {} of the samples; its {:.0} workers computed {} ({} in system calls), waited for a CPU {}{}, were blocked {} and slept {} of the time",
+        percent(seen),
+        workers,
+        percent(computing),
+        percent(in_kernel),
+        percent(wait_cpu),
+        if others > 0.0 {
+            format!(" (others hold {} of their CPUs)", percent(others))
+        } else {
+            String::new()
+        },
+        percent(blocked),
+        percent(sleeping)
+    ));
+    let waiting = (share * reading, seen);
+    add_input(lost, w, t, waiting, (blocked, sleeping), "the workers");
+}
+
+/// Idle time spent waiting for input (`share`, the loader wait `seen` in that share of the
+/// samples): data_io, from local storage when the readers are `blocked` (uninterruptible, as
+/// a read from a disk blocks) at least as long as they sleep and the node's storage shows the
+/// load (or has no figures). Readers that mostly sleep wait on sockets or pipes: the node's
+/// disk load, if any, is someone else's. Readers blocked while the disks are quiet wait in a
+/// network or FUSE filesystem (their requests block uninterruptibly too).
+fn add_input(
+    lost: &mut LostTime,
+    w: &WindowFigures,
+    t: &Thresholds,
+    (share, seen): (f64, f64),
+    (blocked, sleeping): (f64, f64),
+    who: &str,
+) {
+    if share <= 0.0 {
+        return;
+    }
+    add(lost, Cause::Kind(Kind::DataIo), share);
+    let local = blocked >= sleeping && storage_busy(w, t).unwrap_or(true);
+    lost.input = Some(if local {
+        InputSource::LocalStorage
+    } else {
+        InputSource::Remote
+    });
+    note(
+        lost,
+        seen,
+        format!(
+            "input read by {who} comes {}",
+            if local {
+                "from local storage (the node's disks are loaded)".to_string()
+            } else {
+                format!(
+                    "from a remote source: the node's disks are quiet (a socket, a network or FUSE filesystem, an object store){}",
+                    remote_detail(w)
+                )
+            }
+        ),
+    );
+}
+
+/// Where remote input comes from, as the network figures name it: the NFS mount read most
+/// (with its round trip), else the network or FUSE filesystems the job has mounted, and the
+/// job's ingress.
+fn remote_detail(w: &WindowFigures) -> String {
+    if let Some(m) = w.mount.as_ref().filter(|m| m.requests_per_second >= 1.0) {
+        return format!(
+            "; NFS {} ({}) answers READs in {:.1} ms",
+            m.mount_point,
+            m.device,
+            1000.0 * m.read_rtt_seconds
+        );
+    }
+    let mut detail = String::new();
+    if !w.network_mounts.is_empty() {
+        detail += &format!(
+            "; the job has network or FUSE filesystems mounted: {}",
+            w.network_mounts.join(", ")
+        );
+    }
+    if let Some(ingress) = w.job_ingress.filter(|i| *i > 0.0) {
+        detail += &format!("; {} received {}", job_namespace(w), per_second(ingress));
+    }
+    detail
+}

@@ -1,0 +1,243 @@
+//! Where the lost GPU time went: the window's idle time split by cause, and the busy time that
+//! was wasted or went to other processes. Pure: window figures in, shares of the window out.
+//!
+//! **Observed** (the main thread's stacks hold at least `stack_samples_min` samples):
+//!
+//! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
+//!    works while the thread waits for it (synchronizing); the rest of its busy time overlaps
+//!    the thread's other activities evenly, so the idle time falls in those in proportion.
+//! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
+//!    Python → sync_stall for the part that follows a sync (the sync drained the queue: all of
+//!    it where the thread waits for the GPU at least as long as it runs Python, else in that
+//!    proportion), host_bound for the rest (its time waiting for a CPU that others hold →
+//!    contention); anything else (sleeping elsewhere) → unexplained.
+//! 3. The loader side, by what the workers' time went to. Their CPU side (computing, and
+//!    waiting runnable for a CPU) is limited by the share of their CPUs they get: where they
+//!    wait for CPUs, the share others hold is contention. The rest: computing in user space
+//!    (decoding) and the waits after preemption → data_cpu; computing in the kernel (reads,
+//!    receives), the waits after blocking (voluntary switches), blocked (D state) or sleeping →
+//!    data_io, from local storage when the node's storage shows the load, else from a remote
+//!    source (sockets, network or FUSE filesystems). Without workers the main thread loads its
+//!    own data: host_bound when it computes, data_io when it waits.
+//!
+//! **Inferred** (no stacks, or too few samples): the idle time is split over the pipeline
+//! kinds in proportion to their counter rules' scores at or above the leave score, and is
+//! unexplained where none reaches it.
+//!
+//! **Busy time**, either way, each part capped by the busy time left: the share of the GPU's
+//! work other processes did (time-sharing) → contention; a rank waiting in a collective while
+//! its GPU spins in the collective's kernels → communication (at most the busy time its SMs
+//! sat empty: a spinning collective leaves them so; beside peers whose stacks are seen, at
+//! most its excess over the least busy of them: [`crate::analysis::peers`]); other SMs empty while the
+//! GPU is busy (GPM) → kernel_efficiency; clocks held below their maximum by a limiting
+//! reason → throttling.
+
+mod busy;
+mod idle;
+mod loader;
+
+pub use busy::main_work_share;
+
+use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
+use crate::config::Thresholds;
+use crate::snapshot::ProcessStacks;
+
+/// The split of one GPU's window; `None` while its busy fraction is unknown. `inferred` are
+/// the counter rules' scores, used where the stacks cannot decide.
+pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> Option<LostTime> {
+    let busy = w.busy?.clamp(0.0, 1.0);
+    let mut lost = LostTime {
+        idle: 1.0 - busy,
+        ..LostTime::default()
+    };
+    let in_collective_while_busy = match observed_stacks(w, t) {
+        Some(stacks) => {
+            lost.basis = Basis::Observed;
+            idle::split_observed(&mut lost, w, stacks, t)
+        }
+        None => {
+            idle::split_inferred(&mut lost, w, inferred, t);
+            0.0
+        }
+    };
+    busy::split_busy(&mut lost, w, busy, in_collective_while_busy);
+    Some(lost)
+}
+
+/// The window's split from one split per tick (each tick's time attributed by that tick's
+/// state: a cause that starts mid-window is not diluted by the figures from before it).
+/// `window` supplies what describes the window as a whole: the reasons and the input source.
+pub fn average(ticks: &[&LostTime], window: LostTime) -> LostTime {
+    if ticks.is_empty() {
+        return window;
+    }
+    let n = ticks.len() as f64;
+    let mut shares = [0.0; 9];
+    for tick in ticks {
+        for (sum, share) in shares.iter_mut().zip(tick.shares) {
+            *sum += share / n;
+        }
+    }
+    let observed = ticks.iter().filter(|t| t.basis == Basis::Observed).count();
+    LostTime {
+        basis: if 2 * observed > ticks.len() {
+            Basis::Observed
+        } else {
+            Basis::Inferred
+        },
+        idle: ticks.iter().map(|t| t.idle).sum::<f64>() / n,
+        shares,
+        collective_busy: ticks.iter().map(|t| t.collective_busy).sum::<f64>() / n,
+        input: window.input.or(ticks.iter().rev().find_map(|t| t.input)),
+        reasons: window.reasons,
+    }
+}
+
+/// Whether the main thread's stacks hold enough samples to decide the split.
+pub fn observes(w: &WindowFigures, t: &Thresholds) -> bool {
+    observed_stacks(w, t).is_some()
+}
+
+/// The main thread's stacks where they hold enough samples to decide.
+fn observed_stacks<'a>(w: &'a WindowFigures, t: &Thresholds) -> Option<&'a ProcessStacks> {
+    w.stacks
+        .as_ref()
+        .filter(|s| f64::from(s.samples) >= t.stack_samples_min)
+}
+
+/// Share of the samples from which an activity's part is described in the reasons.
+const NOTED: f64 = 0.1;
+
+/// Adds a reason about an activity seen in `seen` of the samples, if that is worth saying.
+fn note(lost: &mut LostTime, seen: f64, reason: String) {
+    if seen >= NOTED {
+        lost.reasons.push(reason);
+    }
+}
+
+/// Charges `share` of the window to `cause`.
+fn add(lost: &mut LostTime, cause: Cause, share: f64) {
+    if let Some(i) = Cause::ALL.iter().position(|c| *c == cause) {
+        lost.shares[i] += share.max(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{InputSource, Kind};
+    use crate::snapshot::FrameShare;
+
+    fn stacks(shares: [f64; 5]) -> Option<ProcessStacks> {
+        Some(ProcessStacks {
+            pid: 1,
+            samples: 100,
+            shares,
+            top_frames: Vec::<FrameShare>::new(),
+            recent_samples: 10,
+            recent_shares: shares,
+        })
+    }
+
+    fn split(w: WindowFigures) -> LostTime {
+        lost_time(&w, &[], &Thresholds::default()).unwrap()
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn idle_time_falls_in_what_the_thread_did_while_the_gpu_waited() {
+        // .item() every step: 60 % waiting for the GPU (which works meanwhile), 35 % Python on
+        // the queue the sync drained, 5 % loader.
+        let lost = split(WindowFigures {
+            busy: Some(0.62),
+            stacks: stacks([0.05, 0.6, 0.0, 0.35, 0.0]),
+            ..WindowFigures::default()
+        });
+        assert_eq!(lost.basis, Basis::Observed);
+        assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.35 * 0.95));
+        assert!(close(lost.total(), 0.38));
+        // The same Python without syncs: the loop itself.
+        let lost = split(WindowFigures {
+            busy: Some(0.62),
+            stacks: stacks([0.05, 0.0, 0.0, 0.95, 0.0]),
+            busiest_thread: Some(0.95),
+            ..WindowFigures::default()
+        });
+        assert!(lost.share(Cause::Kind(Kind::HostBound)) > 0.35);
+        assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.0));
+    }
+
+    #[test]
+    fn a_loader_wait_goes_to_what_the_workers_did() {
+        let waiting = WindowFigures {
+            busy: Some(0.25),
+            stacks: stacks([0.94, 0.05, 0.0, 0.01, 0.0]),
+            workers: Some(2.0),
+            workers_cpu: Some(0.1),
+            cpu_wait: Some(0.0),
+            workers_disk_wait: Some(0.0),
+            disk_util: Some(0.01),
+            iowait: Some(0.0),
+            ..WindowFigures::default()
+        };
+        // Workers asleep while the disks are quiet: remote input.
+        let lost = split(waiting.clone());
+        assert!(lost.share(Cause::Kind(Kind::SyncStall)) < 0.02);
+        let io = lost.share(Cause::Kind(Kind::DataIo));
+        assert!(io > 0.6, "{lost:?}");
+        assert_eq!(lost.input, Some(InputSource::Remote));
+        assert!(close(lost.total(), 0.75));
+        // Workers computing: data_cpu.
+        let lost = split(WindowFigures {
+            workers_cpu: Some(1.9),
+            ..waiting.clone()
+        });
+        assert!(lost.share(Cause::Kind(Kind::DataCpu)) > 0.6);
+        // Workers waiting for CPUs others hold (2 CPUs, others use most of them).
+        let lost = split(WindowFigures {
+            workers_cpu: Some(0.5),
+            cpu_wait: Some(1.3),
+            job_cpus: Some(2.0),
+            own_cpu: Some(0.4),
+            other_cpu: Some(0.6),
+            ..waiting.clone()
+        });
+        assert!(
+            lost.share(Cause::Kind(Kind::Contention)) > lost.share(Cause::Kind(Kind::DataCpu)),
+            "{lost:?}"
+        );
+        // The same wait with the job's own threads filling its CPUs: data_cpu.
+        let lost = split(WindowFigures {
+            workers_cpu: Some(0.5),
+            cpu_wait: Some(1.3),
+            job_cpus: Some(2.0),
+            own_cpu: Some(0.98),
+            other_cpu: Some(0.02),
+            ..waiting
+        });
+        assert!(lost.share(Cause::Kind(Kind::Contention)) < 0.05, "{lost:?}");
+    }
+
+    #[test]
+    fn busy_time_taken_or_wasted_is_capped_by_the_busy_time() {
+        let lost = split(WindowFigures {
+            busy: Some(0.9),
+            sm_activity: Some(0.1),
+            sharing: Some(crate::snapshot::Sharing {
+                working: Some(2),
+                main_work_share: Some(0.5),
+                ..Default::default()
+            }),
+            ..WindowFigures::default()
+        });
+        assert_eq!(lost.basis, Basis::Inferred);
+        assert!(close(lost.share(Cause::Kind(Kind::Contention)), 0.45));
+        // The main job's half of the busy time, with its SMs empty 1 - 0.1/0.9 of it.
+        assert!(close(lost.share(Cause::Kind(Kind::KernelEfficiency)), 0.4));
+        assert!(close(lost.share(Cause::Unexplained), 0.1));
+        assert!(close(lost.total(), 0.95));
+    }
+}

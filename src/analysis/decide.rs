@@ -1,0 +1,184 @@
+//! One GPU's verdicts on one tick: every kind scored and judged against the lost-time split,
+//! latched, and the primary verdict chosen.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::hang::{self, Stuck, RECENT_SAMPLES_MIN};
+use super::kinds::{self, score_all};
+use super::latch::Latch;
+use super::score::IDLE_BUSY;
+use super::window::window_figures;
+use super::{attribute, judge};
+use super::{Cause, GpuObservation, GpuVerdict, Kind, KindScore, KindVerdict, LostTime};
+use super::{Primary, WindowFigures};
+use crate::config::Thresholds;
+use crate::snapshot::Signal;
+
+/// What the analysis remembers of one GPU between ticks.
+#[derive(Debug, Default)]
+pub struct GpuState {
+    /// Each tick of the window's lost-time split: (time, split).
+    splits: VecDeque<(f64, LostTime)>,
+    /// Per kind, its hysteresis.
+    latches: BTreeMap<Kind, Latch>,
+    /// Whether its main thread sits in one collective, since when.
+    stuck: Stuck,
+}
+
+/// The GPU's verdicts at `at`, from this tick's observation `now` and the window's figures
+/// (ticks after `horizon`).
+pub fn decide(
+    state: &mut GpuState,
+    now: &GpuObservation,
+    figures: WindowFigures,
+    (at, horizon): (f64, f64),
+    t: &Thresholds,
+) -> GpuVerdict {
+    let idle = figures.up && figures.processes == Some(0.0);
+    let inferred = score_all(&figures, t);
+    let lost = lost_over_window(state, now, &figures, &inferred, (at, horizon), t);
+    let kinds: Vec<KindVerdict> = inferred
+        .into_iter()
+        .map(|scored| {
+            let spec = scored.kind.spec();
+            let (mut scored, basis, cost) =
+                judge::judge(scored, spec.phase, lost.as_ref(), &figures, t);
+            // An idle GPU waits for nobody: only its health can be a problem.
+            if idle && !spec.on_idle_gpu {
+                scored.score = Some(0.0);
+            }
+            let latch = state.latches.entry(scored.kind).or_default();
+            let active = latch.update(scored.score, at, t);
+            KindVerdict {
+                scored,
+                active,
+                basis,
+                cost,
+            }
+        })
+        .collect();
+    let hang = hang::track(&mut state.stuck, now, at, t);
+    let hung = hang
+        .as_ref()
+        .is_some_and(|h| h.seconds >= t.hang_after.0.as_secs_f64());
+    let primary = match strongest(&kinds, t) {
+        // A job that makes no progress at all: whatever else holds it back waits behind.
+        _ if hung => Primary::Hung,
+        Some(kind) => Primary::Bottleneck(kind),
+        // No process, or processes that run no work (a job holding the GPU idle).
+        None if idle || (figures.up && figures.busy.is_some_and(|b| b < IDLE_BUSY)) => {
+            Primary::Idle
+        }
+        None if figures.busy.is_some_and(|b| b >= t.gpu_busy_above) => Primary::Busy,
+        // Idle time that is explained, but by no cause that reaches the floor: nothing
+        // worth naming holds the GPU back (empty SMs below the kind's line are how its
+        // kernels run). Undetermined is for idle time nobody explains, or a cause that
+        // costs the floor without its kind being active (yet).
+        None if lost.as_ref().is_some_and(|l| {
+            kinds::pipeline()
+                .map(Cause::Kind)
+                .chain([Cause::Unexplained])
+                .all(|c| l.share(c) < t.lost_share_high)
+        }) =>
+        {
+            Primary::Busy
+        }
+        None => Primary::Undetermined,
+    };
+    GpuVerdict {
+        index: now.index,
+        uuid: now.uuid.clone(),
+        kinds,
+        primary,
+        figures,
+        lost,
+        hang,
+    }
+}
+
+/// The active kind named the primary verdict: the largest cost above the floor. An active
+/// kind whose measured cost is below `lost_share_high` is worth reporting, not worth naming
+/// as the cause. A failing device comes first; a kind whose cost cannot be measured (memory
+/// pressure, or throttling without clocks) ranks as if it cost the floor, scaled by its
+/// score. A straggler (a GPU behind the busiest of its job) straggles for a reason of its
+/// own when one is active: that reason is the verdict, the imbalance its consequence.
+fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
+    let only_consequence = |k: &KindVerdict| {
+        let score = k.scored.score.unwrap_or(0.0);
+        let strong: Vec<Signal> = k
+            .scored
+            .evidence
+            .iter()
+            .filter(|e| e.strength >= score)
+            .map(|e| e.signal)
+            .collect();
+        !strong.is_empty()
+            && strong
+                .iter()
+                .all(|s| s.role() == crate::snapshot::Role::Consequence)
+    };
+    let first = |k: &KindVerdict| k.scored.kind.spec().first;
+    let weight = |k: &KindVerdict| match k.cost {
+        _ if first(k) => 2.0,
+        Some(cost) => cost,
+        None => t.lost_share_high * k.scored.score.unwrap_or(0.0),
+    };
+    let above_floor = |k: &&KindVerdict| first(k) || k.cost.is_none_or(|c| c >= t.lost_share_high);
+    kinds
+        .iter()
+        .filter(|k| k.active)
+        .filter(above_floor)
+        .max_by(|a, b| {
+            only_consequence(b)
+                .cmp(&only_consequence(a))
+                .then(weight(a).total_cmp(&weight(b)))
+                .then(
+                    a.scored
+                        .score
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.scored.score.unwrap_or(0.0)),
+                )
+                .then(b.scored.kind.cmp(&a.scored.kind))
+        })
+        .map(|k| k.scored.kind)
+}
+
+/// This tick's split of the GPU's time, added to its window, and the window's split: each
+/// tick attributed by its own state, described by the window's.
+fn lost_over_window(
+    state: &mut GpuState,
+    now: &GpuObservation,
+    window: &WindowFigures,
+    inferred: &[KindScore],
+    (at, horizon): (f64, f64),
+    t: &Thresholds,
+) -> Option<LostTime> {
+    let mut tick = window_figures(&[now]);
+    tick.job_gap = window.job_gap;
+    tick.collective_busy_cap = window.collective_busy_cap;
+    // The tick is attributed by where the main thread was lately, not over the whole stacks
+    // window: a cause that starts mid-window shows in the ticks after it.
+    if let Some(stacks) = tick
+        .stacks
+        .as_mut()
+        .filter(|s| s.recent_samples >= RECENT_SAMPLES_MIN)
+    {
+        stacks.shares = stacks.recent_shares;
+    }
+    let splits = &mut state.splits;
+    while splits.front().is_some_and(|(when, _)| *when <= horizon) {
+        splits.pop_front();
+    }
+    // The counter rules' scores matter only where the stacks cannot decide the split.
+    let scores = if attribute::observes(&tick, t) {
+        Vec::new()
+    } else {
+        score_all(&tick, t)
+    };
+    if let Some(split) = attribute::lost_time(&tick, &scores, t) {
+        splits.push_back((at, split));
+    }
+    let described = attribute::lost_time(window, inferred, t)?;
+    let ticks: Vec<&LostTime> = splits.iter().map(|(_, split)| split).collect();
+    Some(attribute::average(&ticks, described))
+}

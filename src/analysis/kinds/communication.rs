@@ -1,0 +1,104 @@
+//! **communication**: the GPU waits on the other GPUs of its job (load imbalance, collective
+//! communication) or on a degraded link.
+//!
+//! Evidence: the busy gap to the busiest GPU of the same job (pod, Slurm job, one process on
+//! several GPUs) past `job_imbalance`; seen in the stacks, the main thread mostly in a
+//! collective, whichever GPU looks busier (NCCL's kernels spin on the waiting GPU); a PCIe
+//! link trained below its maximum generation or width while the GPU works; collectives
+//! crossing a saturated or slow link of the node while the GPU waits. Observed, its cost is
+//! the idle time the main thread spent in collectives, plus the busy time its GPU spun in
+//! them: at most the time its SMs sat empty (a spinning collective leaves them so) and, beside
+//! peers whose stacks are seen, at most its excess over the least busy of them.
+//!
+//! Near misses: a straggler's busy gap alone is the consequence of whatever slows it, so it
+//! yields to any other active kind; a rank held in a collective on the host (a barrier, gloo)
+//! while its GPU still runs queued kernels as long as its peers' is not waiting on its GPU.
+
+use super::rule::Rule;
+use super::{Advice, KindSpec, Phase, Premise};
+use crate::analysis::network;
+use crate::analysis::score::{high, low};
+use crate::analysis::{GpuVerdict, Kind, KindScore, WindowFigures};
+use crate::config::Thresholds;
+use crate::snapshot::{Activity, Signal};
+
+pub(super) const SPEC: KindSpec = KindSpec {
+    phase: Phase::Idle { premise },
+    on_idle_gpu: false,
+    wants_culprits: false,
+    first: false,
+    score,
+    advice,
+};
+
+fn premise(w: &WindowFigures) -> Premise {
+    Premise {
+        signal: Signal::MainThreadInCollective,
+        activity: Activity::Collective,
+        share: w.stack_share(Activity::Collective).unwrap_or(0.0),
+    }
+}
+
+fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
+    let mut rule = Rule::new();
+    let gap = rule
+        .alternative(Signal::JobBusyGap, w.job_gap, t.job_imbalance, high)
+        .unwrap_or(0.0);
+    // A rank seen mostly in a collective waits for its peers, whichever GPU looks busier
+    // (NCCL's kernels spin on the waiting GPU), and whether or not the busy gap can be taken
+    // (only within a pod, a Slurm job or a process on several GPUs): the frame itself says
+    // the wait is communication.
+    let collective = rule
+        .observed(Signal::MainThreadInCollective, w, Activity::Collective, t)
+        .unwrap_or(0.0);
+    let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
+        // A link trained below its maximum while the GPU works (idle links drop on purpose):
+        // the less bandwidth it has left, the surer the cause. Half the bandwidth scores
+        // 0.75, a gen 2 x4 link of a gen 5 x16 slot (3 % left) 0.98.
+        (Some(share), Some(busy)) if share < 1.0 && busy > 0.5 => {
+            let score = 0.5 + 0.5 * (1.0 - share);
+            rule.fact(
+                Signal::PcieBandwidthShare,
+                share,
+                score,
+                "PCIe link trained below its maximum generation or width".into(),
+            );
+            score
+        }
+        _ => 0.0,
+    };
+    // Collectives crossing a saturated link while the GPU waits.
+    let starving = w.busy.map_or(0.0, |b| low(b, t.gpu_starved_below));
+    let link = rule.scored(network::inter_node(w, t)).min(starving);
+    rule.done(
+        Kind::Communication,
+        gap.max(degraded_while_busy).max(collective).max(link),
+    )
+}
+
+fn advice(verdict: &GpuVerdict) -> Advice {
+    // Collectives crossing a saturated or slow link of the node.
+    let inter_node = verdict.kind(Kind::Communication).is_some_and(|k| {
+        k.scored.evidence.iter().any(|e| {
+            matches!(e.signal, Signal::BusiestLink | Signal::SlowLink) && e.strength >= 0.5
+        })
+    });
+    if inter_node {
+        return Advice {
+            explanation: "This rank waits in collectives whose traffic crosses the node's network link, and that link is near saturation or too slow for multi-node training: the GPUs wait for gradients to cross the wire.",
+            next_steps: &[
+                "Communicate less often: gradient accumulation over several micro-batches per all-reduce.",
+                "Overlap and batch the traffic: a larger DDP bucket_cap_mb, FSDP/ZeRO prefetch; compress gradients (PowerSGD, bf16 hooks).",
+                "Check NCCL uses the fast fabric (NCCL_SOCKET_IFNAME, NCCL_IB_HCA; NCCL_DEBUG=INFO shows the transport): multi-node training wants InfiniBand/RoCE or at least 25 GbE.",
+            ],
+        };
+    }
+    Advice {
+        explanation: "This GPU waits on the other GPUs of its job (imbalance or collective communication) or on a degraded link.",
+        next_steps: &[
+            "Balance work across ranks (uneven shards or sequence lengths make the fast GPUs wait).",
+            "Overlap gradient communication with compute (DDP bucket size, FSDP prefetch).",
+            "Check NVLink/PCIe link state: a link below its generation or width slows collectives.",
+        ],
+    }
+}

@@ -1,0 +1,287 @@
+//! A snapshot's GPUs as the analysis sees them: one [`GpuObservation`] per GPU and tick,
+//! pulled out of the snapshot (pure).
+
+use std::collections::BTreeMap;
+
+use super::jobs::{jobs_on, working};
+use super::observation::GpuObservation;
+use crate::snapshot::{
+    GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessNetwork,
+    ProcessStacks, Snapshot,
+};
+
+/// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
+/// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
+/// boost, application clocks and display clock settings are not bottlenecks.)
+pub const LIMITING_THROTTLE_REASONS: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+
+/// Extracts one observation per GPU from a snapshot taken at `at` seconds.
+pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
+    let Some(gpu) = &snapshot.gpu else {
+        return Vec::new();
+    };
+    let contexts: BTreeMap<u32, &ProcessContext> =
+        snapshot.processes.iter().map(|c| (c.pid, c)).collect();
+    let stacks: BTreeMap<u32, &ProcessStacks> =
+        snapshot.stacks.iter().map(|s| (s.pid, s)).collect();
+    // A process on several GPUs makes them one job.
+    let mut gpus_per_pid: BTreeMap<u32, u32> = BTreeMap::new();
+    for device in &gpu.devices {
+        for p in &device.processes {
+            *gpus_per_pid.entry(p.pid).or_default() += 1;
+        }
+    }
+    let disk_util = snapshot
+        .disks
+        .iter()
+        .filter_map(|d| d.rates.map(|r| r.utilization_ratio))
+        .fold(None, |max: Option<f64>, u| {
+            Some(max.map_or(u, |m| m.max(u)))
+        });
+    let rates = snapshot.cpu.as_ref().and_then(|c| c.rates);
+    let psi_io = snapshot
+        .pressure
+        .iter()
+        .find(|p| p.resource == "io")
+        .and_then(|p| p.rates.map(|r| r.some_ratio));
+    let link = busiest_link(&snapshot.network);
+    let networks: BTreeMap<u32, &ProcessNetwork> = snapshot
+        .network
+        .processes
+        .iter()
+        .map(|n| (n.pid, n))
+        .collect();
+    gpu.devices
+        .iter()
+        .map(|device| {
+            // The main GPU process: the one holding the most memory (processes are ranked).
+            let main = device.processes.first();
+            let context = main.and_then(|p| contexts.get(&p.pid).copied());
+            let network = main.and_then(|p| networks.get(&p.pid).copied());
+            let job = main.and_then(|p| {
+                let cgroup = context.and_then(|c| c.cgroup.as_ref());
+                if gpus_per_pid.get(&p.pid).copied().unwrap_or(0) > 1 {
+                    Some(format!("pid:{}", p.pid))
+                } else if let Some(g) = cgroup.filter(|g| !g.pod_uid.is_empty()) {
+                    Some(format!("pod:{}", g.pod_uid))
+                } else {
+                    cgroup
+                        .filter(|g| !g.slurm_job.is_empty())
+                        .map(|g| format!("slurm:{}", g.slurm_job))
+                }
+            });
+            let ranks = job.clone().or_else(|| {
+                let parent = context?.ppid;
+                (parent > 1).then(|| format!("launcher:{parent}"))
+            });
+            let (independent_jobs, other_jobs) = jobs_on(device, &contexts);
+            let work = working(device, &contexts);
+            GpuObservation {
+                at,
+                index: device.index,
+                uuid: device.uuid.clone(),
+                up: device.up,
+                busy: device
+                    .busy
+                    .map(|b| b.mean_ratio)
+                    .or(device.utilization.map(|u| u.gpu_ratio)),
+                idle_share: device.busy.map(|b| b.idle_share_ratio),
+                sm_activity: device.gpm.map(|g| g.sm_activity_ratio),
+                memory_used_ratio: device
+                    .memory
+                    .filter(|m| m.total_bytes > 0)
+                    .map(|m| m.used_bytes as f64 / m.total_bytes as f64),
+                throttled: device
+                    .throttle_reasons
+                    .map(|r| r & LIMITING_THROTTLE_REASONS != 0),
+                thermal_margin: device
+                    .slowdown_temperature_celsius
+                    .zip(device.temperature_celsius)
+                    .map(|(s, t)| s - t),
+                hardware_errors: hardware_errors(device),
+                remap_trouble: device.remapped_rows.is_some_and(|r| r.pending || r.failed),
+                pcie_bandwidth_share: pcie_bandwidth_share(device),
+                pcie_bytes_per_second: device
+                    .pcie
+                    .tx_bytes_per_second
+                    .zip(device.pcie.rx_bytes_per_second)
+                    .map(|(tx, rx)| tx + rx),
+                processes: device.process_count,
+                independent_jobs,
+                other_jobs,
+                job,
+                ranks,
+                working_processes: work.as_ref().map(|w| w.processes),
+                working_jobs: work.as_ref().and_then(|w| w.jobs),
+                working_others: work.as_ref().map(|w| w.others.clone()).unwrap_or_default(),
+                main_work_share: work.as_ref().and_then(|w| w.main_share),
+                busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
+                cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
+                stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
+                culprits: snapshot.culprits.clone(),
+                workers: context.map(|c| c.workers.count),
+                workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),
+                workers_cpu: context.and_then(|c| c.workers.cpu_cores),
+                workers_system_cpu: context.and_then(|c| c.workers.system_cpu_cores),
+                workers_voluntary_switches: context.and_then(|c| c.workers.voluntary_switch_share),
+                workers_disk_wait: context.map(|c| c.workers.disk_wait),
+                workers_blkio: context.and_then(|c| c.workers.blkio_delay_ratio),
+                cgroup_throttled: context.and_then(|c| c.cgroup.as_ref()?.throttled_ratio),
+                numa_mismatch: context.and_then(|c| {
+                    let node = device.numa_node?;
+                    (!c.numa_nodes.is_empty()).then(|| c.numa_nodes.iter().any(|n| *n != node))
+                }),
+                disk_util,
+                iowait: rates.map(|r| r.iowait_ratio),
+                psi_io,
+                host_cpu: rates.map(|r| r.busy_ratio),
+                other_cpu: context
+                    .and_then(|c| c.others_cpu_ratio)
+                    .or(snapshot.other_cpu_ratio),
+                own_cpu: context.and_then(|c| c.own_cpu_ratio),
+                job_cpus: context
+                    .filter(|c| !c.allowed_cpus.is_empty())
+                    .map(|c| c.allowed_cpus.len() as f64),
+                steal: rates.map(|r| r.steal_ratio),
+                throttled_clock_ratio: throttled_clock_ratio(device),
+                job_ingress: network.and_then(|n| Some(n.rates?.receive_bytes_per_second)),
+                job_egress: network.and_then(|n| Some(n.rates?.transmit_bytes_per_second)),
+                job_interface: network
+                    .filter(|n| !n.host_network)
+                    .and_then(|n| n.interface.clone()),
+                link: link.clone(),
+                mount: network.and_then(|n| busiest_mount(&snapshot.network, n)),
+                main_process: main.map(|p| format!("pid {} ({})", p.pid, p.command)),
+                pod: device
+                    .pods
+                    .first()
+                    .map(|p| format!("{}/{}", p.namespace, p.pod)),
+                network_mounts: network
+                    .and_then(|n| n.mounts.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|m| format!("{} at {} ({})", m.fstype, m.mount_point, m.device))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The node's physical link (NIC or HCA port) with the highest utilization in either
+/// direction; links without a known speed or rates are left out.
+fn busiest_link(network: &NetworkSnapshot) -> Option<LinkLoad> {
+    let load = |name: String, speed: Option<f64>, rates: Option<LinkRates>, waits| {
+        let (speed, rates) = (speed.filter(|s| *s > 0.0)?, rates?);
+        Some(LinkLoad {
+            name,
+            speed_bytes_per_second: speed,
+            receive_utilization: (rates.receive_bytes_per_second / speed).min(1.0),
+            transmit_utilization: (rates.transmit_bytes_per_second / speed).min(1.0),
+            transmit_wait_per_second: waits,
+        })
+    };
+    let nics = network.interfaces.iter().filter_map(|i| {
+        load(
+            i.counters.name.clone(),
+            i.speed_bytes_per_second,
+            i.rates,
+            None,
+        )
+    });
+    let ports = network
+        .infiniband
+        .iter()
+        .filter(|p| p.active)
+        .filter_map(|p| {
+            let name = format!("{} port {}", p.counters.device, p.counters.port);
+            load(
+                name,
+                p.rate_bytes_per_second,
+                p.rates,
+                p.transmit_wait_ticks_per_second,
+            )
+        });
+    nics.chain(ports)
+        .max_by(|a, b| a.utilization().total_cmp(&b.utilization()))
+}
+
+/// The node's NFS mount with the most requests per second among those the process has
+/// mounted (none where its mounts are unknown: a node's mount is not every job's input).
+fn busiest_mount(network: &NetworkSnapshot, process: &ProcessNetwork) -> Option<MountLoad> {
+    let own = process.mounts.as_ref()?;
+    network
+        .mounts
+        .iter()
+        .filter(|m| own.iter().any(|o| o.device == m.device))
+        .filter_map(|m| {
+            let rates = m.nfs_rates.as_ref()?;
+            Some(MountLoad {
+                mount_point: m.mount_point.clone(),
+                device: m.device.clone(),
+                fstype: m.fstype.clone(),
+                requests_per_second: rates.operations.iter().map(|o| o.per_second).sum(),
+                read_rtt_seconds: rates.operation("READ").map_or(0.0, |r| r.rtt_seconds),
+                read_bytes_per_second: rates.read_bytes_per_second,
+            })
+        })
+        .max_by(|a, b| a.requests_per_second.total_cmp(&b.requests_per_second))
+}
+
+/// The SM clock against its maximum while a limiting throttle reason holds it down.
+fn throttled_clock_ratio(device: &GpuDevice) -> Option<f64> {
+    if device.throttle_reasons? & LIMITING_THROTTLE_REASONS == 0 {
+        return None;
+    }
+    let sm = device.clocks.iter().find(|c| c.domain == "sm")?;
+    let (now, max) = (sm.hertz?, sm.max_hertz?);
+    (max > 0.0).then(|| (now / max).clamp(0.0, 1.0))
+}
+
+/// Who does the work on a GPU, from the per-process SM samples.
+fn hardware_errors(device: &GpuDevice) -> Option<u64> {
+    let xids: u64 = device.xid_errors.iter().map(|(_, n)| n).sum();
+    Some(xids + device.ecc_uncorrected.unwrap_or(0))
+}
+
+/// Usable bandwidth of one PCIe lane of a generation, in Gbit/s (after line encoding).
+fn lane_gbits(generation: u32) -> f64 {
+    match generation {
+        0 | 1 => 2.0,
+        2 => 4.0,
+        3 => 7.877,
+        4 => 15.754,
+        5 => 31.508,
+        // Generation 6 and later double per generation.
+        g => 31.508 * f64::from(1u32 << (g - 5).min(8)),
+    }
+}
+
+fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
+    let p = device.pcie;
+    let now = lane_gbits(p.generation?) * f64::from(p.width?);
+    let max = lane_gbits(p.max_generation?) * f64::from(p.max_width?);
+    (max > 0.0).then(|| (now / max).min(1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcie_bandwidth_share_counts_generation_and_width() {
+        let link = |generation, width| GpuDevice {
+            pcie: crate::snapshot::PcieLink {
+                generation: Some(generation),
+                width: Some(width),
+                max_generation: Some(5),
+                max_width: Some(16),
+                ..Default::default()
+            },
+            ..GpuDevice::default()
+        };
+        assert_eq!(pcie_bandwidth_share(&link(5, 16)), Some(1.0));
+        assert!((pcie_bandwidth_share(&link(4, 16)).unwrap() - 0.5).abs() < 0.001);
+        assert!((pcie_bandwidth_share(&link(5, 8)).unwrap() - 0.5).abs() < 1e-9);
+        assert!(pcie_bandwidth_share(&link(2, 4)).unwrap() < 0.04);
+    }
+}

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Reaped, TempDir};
-use gpu_bottleneck_exporter::config::{ConfigDuration, CulpritsSource as CulpritsConfig};
+use gpu_bottleneck_exporter::config::{ConfigDuration, CulpritsConfig};
 use gpu_bottleneck_exporter::snapshot::{
     Culprits, GpuDevice, GpuProcess, GpuSnapshot, NodeProcess, Snapshot,
 };

@@ -78,7 +78,7 @@ fn gpu_node_snapshot() -> Snapshot {
     set_driver_clock(4);
     let mut snapshot = sampler.tick(Duration::from_secs(2));
     snapshot.samples_total = 2; // the polling ticks above vary in number
-    snapshot.verdicts.clear(); // their window varies with the polling too; tests/analysis.rs covers verdicts
+    snapshot.verdicts.clear(); // their window varies with the polling too; tests/analysis/ covers verdicts
     snapshot
 }
 

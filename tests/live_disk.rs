@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_bottleneck_exporter::config::{DiskSource as DiskConfig, Pattern};
+use gpu_bottleneck_exporter::config::{DiskConfig, Pattern};
 use gpu_bottleneck_exporter::snapshot::{DiskRates, Snapshot};
 use gpu_bottleneck_exporter::source::host::disk::DiskSource;
 use gpu_bottleneck_exporter::source::{HostRoots, Source};

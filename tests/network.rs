@@ -9,9 +9,7 @@ use std::time::Duration;
 use common::exposition::value;
 use common::TempDir;
 use gpu_bottleneck_exporter::analysis::observe;
-use gpu_bottleneck_exporter::config::{
-    NetworkFilesystemsSource as MountsConfig, NetworkSource as NetworkConfig,
-};
+use gpu_bottleneck_exporter::config::{MountsConfig, NetworkConfig};
 use gpu_bottleneck_exporter::snapshot::{GpuDevice, GpuProcess, GpuSnapshot, Snapshot};
 use gpu_bottleneck_exporter::source::network::{
     InfinibandSource, NetworkFilesystemsSource, NetworkSource,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::exposition::value;
 use common::{Scenario, TempDir};
-use gpu_bottleneck_exporter::config::ProcessSource as ProcessConfig;
+use gpu_bottleneck_exporter::config::ProcessConfig;
 use gpu_bottleneck_exporter::snapshot::{
     CpuRates, CpuSnapshot, CpuStat, GpuDevice, GpuProcess, GpuSnapshot, ProcessContext, Snapshot,
 };

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::TempDir;
-use gpu_bottleneck_exporter::config::StacksSource as StacksConfig;
+use gpu_bottleneck_exporter::config::StacksConfig;
 use gpu_bottleneck_exporter::snapshot::{
     Activity, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, ProcessStacks, Snapshot,
 };

@@ -9,7 +9,7 @@ pub struct Sources {
     /// Node-wide CPU time per mode, task counts and context switches (/proc/stat).
     pub cpu: Toggle,
     /// Per block device I/O counters and iostat-style rates (/proc/diskstats).
-    pub disk: DiskSource,
+    pub disk: DiskConfig,
     /// Pressure stall information for cpu, io and memory (/proc/pressure).
     pub pressure: Toggle,
     /// Available memory and swap activity (/proc/meminfo, /proc/vmstat).
@@ -17,29 +17,29 @@ pub struct Sources {
     /// NICs, InfiniBand / RoCE ports, network filesystems and the traffic of each GPU
     /// process's network namespace (/proc/net/dev, /sys/class/net, /sys/class/infiniband,
     /// mountstats).
-    pub network: NetworkSource,
+    pub network: NetworkConfig,
     /// InfiniBand and RoCE ports: data rates, congestion waits, link rate and errors
     /// (/sys/class/infiniband).
     pub infiniband: Toggle,
     /// Mounts of network and FUSE filesystems, with NFS operation rates and round trips
     /// (/proc/1/mountstats).
-    pub network_filesystems: NetworkFilesystemsSource,
+    pub network_filesystems: MountsConfig,
     /// GPUs through NVML.
-    pub gpu: GpuSource,
+    pub gpu: GpuConfig,
     /// Host context of each GPU process: its workers, cgroup, NUMA placement.
-    pub process: ProcessSource,
+    pub process: ProcessConfig,
     /// Python stacks of the GPU processes: where each training loop's main thread waits.
-    pub stacks: StacksSource,
+    pub stacks: StacksConfig,
     /// The node's busiest processes outside the GPU process trees, named in the evidence.
-    pub culprits: CulpritsSource,
+    pub culprits: CulpritsConfig,
     /// Pod attribution through the kubelet's pod-resources socket.
-    pub kubernetes: KubernetesSource,
+    pub kubernetes: KubernetesConfig,
 }
 
 /// Settings of the kubernetes (pod attribution) source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct KubernetesSource {
+pub struct KubernetesConfig {
     /// Whether the source runs; off Kubernetes (no socket directory) it reports itself
     /// unsupported and stays quiet.
     pub enabled: bool,
@@ -51,9 +51,9 @@ pub struct KubernetesSource {
     pub allocated_idle_after: ConfigDuration,
 }
 
-impl Default for KubernetesSource {
+impl Default for KubernetesConfig {
     fn default() -> Self {
-        KubernetesSource {
+        KubernetesConfig {
             enabled: true,
             pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
             refresh_interval: ConfigDuration(Duration::from_secs(10)),
@@ -65,7 +65,7 @@ impl Default for KubernetesSource {
 /// Settings of the process-context source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ProcessSource {
+pub struct ProcessConfig {
     /// Whether the source is sampled at all (it needs the gpu source for its process list).
     pub enabled: bool,
     /// How often the descendants (data-loader workers) of each GPU process are rediscovered;
@@ -80,9 +80,9 @@ pub struct ProcessSource {
     pub thread_interval: ConfigDuration,
 }
 
-impl Default for ProcessSource {
+impl Default for ProcessConfig {
     fn default() -> Self {
-        ProcessSource {
+        ProcessConfig {
             enabled: true,
             discovery_interval: ConfigDuration(Duration::from_secs(5)),
             thread_interval: ConfigDuration(Duration::from_secs(15)),
@@ -93,7 +93,7 @@ impl Default for ProcessSource {
 /// Settings of the Python-stacks source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct StacksSource {
+pub struct StacksConfig {
     /// Whether GPU processes' Python stacks are sampled (about 0.5 % of a core for 8 ranks at
     /// the default interval). Needs ptrace access to them (their user, or root with
     /// CAP_SYS_PTRACE); without it the source reports itself unsupported and nothing else
@@ -108,9 +108,9 @@ pub struct StacksSource {
     pub interval: ConfigDuration,
 }
 
-impl Default for StacksSource {
+impl Default for StacksConfig {
     fn default() -> Self {
-        StacksSource {
+        StacksConfig {
             enabled: true,
             window: ConfigDuration(Duration::from_secs(30)),
             interval: ConfigDuration(Duration::from_millis(500)),
@@ -122,7 +122,7 @@ impl Default for StacksSource {
 /// trees, by CPU and by disk bytes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct CulpritsSource {
+pub struct CulpritsConfig {
     /// Whether they are looked for. Even when on, a pass runs only while some GPU scores
     /// data_io, data_cpu or contention past the leave score (unless `always`).
     pub enabled: bool,
@@ -135,9 +135,9 @@ pub struct CulpritsSource {
     pub top: usize,
 }
 
-impl Default for CulpritsSource {
+impl Default for CulpritsConfig {
     fn default() -> Self {
-        CulpritsSource {
+        CulpritsConfig {
             enabled: true,
             always: false,
             interval: ConfigDuration(Duration::from_secs(5)),
@@ -149,7 +149,7 @@ impl Default for CulpritsSource {
 /// Settings of the GPU (NVML) source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct GpuSource {
+pub struct GpuConfig {
     /// Whether the source is sampled at all.
     pub enabled: bool,
     /// The NVML library to load: a name the dynamic loader resolves, or a path (GPU-operator
@@ -165,9 +165,9 @@ pub struct GpuSource {
     pub timeout: ConfigDuration,
 }
 
-impl Default for GpuSource {
+impl Default for GpuConfig {
     fn default() -> Self {
-        GpuSource {
+        GpuConfig {
             enabled: true,
             nvml_library: PathBuf::from("libnvidia-ml.so.1"),
             max_processes_per_gpu: 10,
@@ -194,7 +194,7 @@ impl Default for Toggle {
 /// Settings of the disk source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DiskSource {
+pub struct DiskConfig {
     /// Whether the source is sampled at all.
     pub enabled: bool,
     /// Only devices whose name matches this regex are reported (empty: every device).
@@ -205,9 +205,9 @@ pub struct DiskSource {
     pub include_partitions: bool,
 }
 
-impl Default for DiskSource {
+impl Default for DiskConfig {
     fn default() -> Self {
-        DiskSource {
+        DiskConfig {
             enabled: true,
             include: Pattern::parse("").expect("empty regex is valid"),
             exclude: Pattern::parse(DEFAULT_DISK_EXCLUDE).expect("default regex is valid"),
@@ -219,7 +219,7 @@ impl Default for DiskSource {
 /// Settings of the network source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NetworkSource {
+pub struct NetworkConfig {
     /// Whether the source is sampled at all.
     pub enabled: bool,
     /// Only interfaces whose name matches this regex are reported (empty: every interface).
@@ -232,9 +232,9 @@ pub struct NetworkSource {
     pub include_virtual: bool,
 }
 
-impl Default for NetworkSource {
+impl Default for NetworkConfig {
     fn default() -> Self {
-        NetworkSource {
+        NetworkConfig {
             enabled: true,
             include: Pattern::parse("").expect("empty regex is valid"),
             exclude: Pattern::parse("").expect("empty regex is valid"),
@@ -246,7 +246,7 @@ impl Default for NetworkSource {
 /// Settings of the network_filesystems source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NetworkFilesystemsSource {
+pub struct MountsConfig {
     /// Whether the source is sampled at all.
     pub enabled: bool,
     /// At most this many mounts are reported: the NFS mounts that read the most first, then
@@ -254,9 +254,9 @@ pub struct NetworkFilesystemsSource {
     pub max_mounts: usize,
 }
 
-impl Default for NetworkFilesystemsSource {
+impl Default for MountsConfig {
     fn default() -> Self {
-        NetworkFilesystemsSource {
+        MountsConfig {
             enabled: true,
             max_mounts: 16,
         }

@@ -19,7 +19,7 @@ use super::process::cgroup::{identity, parse_proc_cgroup};
 use super::process::procfs::{parse_comm, parse_io_field, parse_stat};
 use super::process::{read, ReadError};
 use super::{Source, SourceError};
-use crate::config::CulpritsSource as CulpritsConfig;
+use crate::config::CulpritsConfig;
 use crate::snapshot::{Culprits, NodeProcess, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports when other processes' io is unreadable.
@@ -262,6 +262,11 @@ impl CulpritsSource {
 }
 
 impl Source for CulpritsSource {
+    /// It leaves the GPU process trees out.
+    fn after(&self) -> &'static [&'static str] {
+        &["gpu"]
+    }
+
     fn name(&self) -> &'static str {
         "culprits"
     }

@@ -43,6 +43,27 @@ pub trait Source: Send {
     /// Reads the source and fills its part of `snapshot`. `now` is monotonic time since the
     /// sampler started; the source derives rates from the time between two of its reads.
     fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError>;
+
+    /// The sources whose part of the snapshot this one reads (or writes into), by name: it
+    /// must run after each of them that is enabled. [`out_of_order`] checks the contract.
+    fn after(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// The first source that runs before one it reads, described; `None` when every source
+/// runs after those it names in [`Source::after`].
+pub fn out_of_order(sources: &[Box<dyn Source>]) -> Option<String> {
+    sources.iter().enumerate().find_map(|(i, source)| {
+        let later = source
+            .after()
+            .iter()
+            .find(|name| sources[i + 1..].iter().any(|s| s.name() == **name))?;
+        Some(format!(
+            "{} runs before {later}, which it reads",
+            source.name()
+        ))
+    })
 }
 
 /// Where the host's procfs and sysfs are mounted.
@@ -84,7 +105,9 @@ pub fn elapsed_since<T>(previous: Option<&Previous<T>>, now: Duration) -> Option
     (seconds > 0.0).then_some((seconds, &previous.value))
 }
 
-/// The enabled sources, in the order the sampler runs them.
+/// The enabled sources, in the order the sampler runs them: the node's own figures first,
+/// then gpu, then the sources that read the GPU processes gpu listed (each names them in
+/// [`Source::after`]).
 pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
     let roots = HostRoots {
         procfs: config.paths.procfs.clone(),
@@ -122,48 +145,56 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
             roots.procfs.clone(),
         )));
     }
-    // After gpu: it reads the network namespace of each GPU process the gpu source listed.
     if sources.network.enabled {
         enabled.push(Box::new(network::NetworkSource::new(
             roots.clone(),
             sources.network.clone(),
         )));
     }
-    // After cpu and gpu: it reads the GPU process list and the node's CPU busy share from
-    // the snapshot those sources filled.
+    // The GPU process list is what it reads: nothing to do without it.
     if sources.process.enabled && sources.gpu.enabled {
         enabled.push(Box::new(process::ProcessSource::new(
             roots,
             sources.process.clone(),
         )));
     }
-    // After gpu: it samples the GPU processes the gpu source listed.
     if sources.stacks.enabled && sources.gpu.enabled {
         enabled.push(Box::new(stacks::StacksSource::new(
             config.paths.procfs.clone(),
             sources.stacks.clone(),
         )));
     }
-    // After gpu: it leaves the GPU process trees out.
     if sources.culprits.enabled && sources.gpu.enabled {
         enabled.push(Box::new(culprits::CulpritsSource::new(
             config.paths.procfs.clone(),
             sources.culprits.clone(),
         )));
     }
-    // After gpu: it matches the kubelet's device ids to the GPUs the gpu source found.
     #[cfg(feature = "kubernetes")]
     if sources.kubernetes.enabled && sources.gpu.enabled {
         enabled.push(Box::new(kubernetes::KubernetesSource::new(
             sources.kubernetes.clone(),
         )));
     }
+    debug_assert_eq!(out_of_order(&enabled), None);
     enabled
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_source_runs_after_the_sources_it_reads() {
+        let mut config = crate::config::Config::default();
+        config.sources.kubernetes.enabled = cfg!(feature = "kubernetes");
+        let sources = from_config(&config);
+        assert!(sources.len() >= 12, "every source is on by default");
+        assert_eq!(out_of_order(&sources), None);
+        let reversed: Vec<Box<dyn Source>> = from_config(&config).into_iter().rev().collect();
+        let complaint = out_of_order(&reversed).expect("reversed is out of order");
+        assert!(complaint.contains("runs before gpu"), "{complaint}");
+    }
 
     #[test]
     fn counter_delta_never_goes_negative() {

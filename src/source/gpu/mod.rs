@@ -21,7 +21,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use super::{Source, SourceError};
-use crate::config::GpuSource as GpuConfig;
+use crate::config::GpuConfig;
 use crate::snapshot::{GpuDevice, GpuSnapshot, Snapshot};
 
 /// A short, stable reason for an NVML error, used as a label value and in logs.

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::super::{elapsed_since, HostRoots, Previous, Source, SourceError};
-use crate::config::DiskSource as DiskConfig;
+use crate::config::DiskConfig;
 use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot};
 
 /// /proc/diskstats counts sectors of 512 bytes whatever the device's real sector size.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Source, SourceError};
-use crate::config::KubernetesSource as KubernetesConfig;
+use crate::config::KubernetesConfig;
 use crate::snapshot::{PodRef, Snapshot};
 
 /// The largest pod-resources answer accepted (a busy node lists hundreds of pods).
@@ -258,6 +258,11 @@ impl Drop for KubernetesSource {
 }
 
 impl Source for KubernetesSource {
+    /// It writes each GPU's pods into the entries gpu found, by device id.
+    fn after(&self) -> &'static [&'static str] {
+        &["gpu"]
+    }
+
     fn name(&self) -> &'static str {
         "kubernetes"
     }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
-use crate::config::{NetworkFilesystemsSource as MountsConfig, NetworkSource as NetworkConfig};
+use crate::config::{MountsConfig, NetworkConfig};
 use crate::snapshot::{
     IbPortSnapshot, InterfaceCounters, InterfaceSnapshot, NetworkMount, NfsCounters, ProcessMount,
     ProcessNetwork, Snapshot,
@@ -155,6 +155,11 @@ impl NetworkSource {
 }
 
 impl Source for NetworkSource {
+    /// It reads the network namespace of each GPU process gpu listed.
+    fn after(&self) -> &'static [&'static str] {
+        &["gpu"]
+    }
+
     fn name(&self) -> &'static str {
         "network"
     }

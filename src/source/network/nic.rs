@@ -1,7 +1,7 @@
 //! Network interfaces: counters from `/proc/<pid>/net/dev`, link speed and state from
 //! `/sys/class/net`.
 
-use crate::config::NetworkSource as NetworkConfig;
+use crate::config::NetworkConfig;
 use crate::snapshot::{InterfaceCounters, LinkRates};
 
 /// Parses a `net/dev` file: two header lines, then `name: 16 counters` per interface.

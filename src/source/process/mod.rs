@@ -24,7 +24,7 @@ use self::procfs::Stat;
 use self::tree::TreeFinder;
 use super::host::cpu::USER_HZ;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
-use crate::config::ProcessSource as ProcessConfig;
+use crate::config::ProcessConfig;
 use crate::snapshot::{ProcessContext, Snapshot, WorkerSummary};
 
 /// ESRCH: the process exited between finding it and reading one of its files.
@@ -455,6 +455,11 @@ fn read_cpu_nodes(sysfs: &Path) -> HashMap<u32, u32> {
 }
 
 impl Source for ProcessSource {
+    /// It reads the GPU process list and the node's CPU busy share.
+    fn after(&self) -> &'static [&'static str] {
+        &["cpu", "gpu"]
+    }
+
     fn name(&self) -> &'static str {
         "process"
     }

@@ -22,7 +22,7 @@ use py_spy::{Config as SpyConfig, PythonSpy};
 
 use self::classify::{classify, FrameRef};
 use super::{Source, SourceError};
-use crate::config::StacksSource as StacksConfig;
+use crate::config::StacksConfig;
 use crate::snapshot::{Activity, FrameShare, ProcessStacks, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports for stacks refused for lack of
@@ -333,6 +333,11 @@ impl StacksSource {
 }
 
 impl Source for StacksSource {
+    /// It samples the GPU processes gpu listed.
+    fn after(&self) -> &'static [&'static str] {
+        &["gpu"]
+    }
+
     fn name(&self) -> &'static str {
         "stacks"
     }

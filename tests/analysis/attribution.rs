@@ -2,9 +2,7 @@
 //! workload suite, as a new user met them. Each timeline is what the exporter observed there;
 //! before the attribution, each came out confidently wrong (noted per test).
 
-mod common;
-
-use common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
+use crate::common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
 use gpu_bottleneck_exporter::snapshot::{Activity, ProcessStacks};

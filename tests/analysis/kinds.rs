@@ -2,10 +2,10 @@
 //! Every kind has a timeline that must fire and a near miss that must not; plus mixtures,
 //! flapping input that must not flap the verdict, and missing inputs reported as unknown.
 
-mod common;
-
-use common::exposition::value;
-use common::scenario::{active, does_not_fire, fires, healthy, run, run_many, score, stacks};
+use crate::common::exposition::value;
+use crate::common::scenario::{
+    active, does_not_fire, fires, healthy, run, run_many, score, stacks,
+};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, Kind, Primary};
 use gpu_bottleneck_exporter::config::Thresholds;
@@ -707,7 +707,7 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
         verdicts,
         ..Snapshot::default()
     };
-    let f = common::check_goldens("verdicts", &common::render_pinned(&snapshot));
+    let f = crate::common::check_goldens("verdicts", &crate::common::render_pinned(&snapshot));
     let primary =
         |gpu: &str, verdict: &str| value(&f, "gpu_verdict", &[("gpu", gpu), ("verdict", verdict)]);
     assert_eq!(primary("0", "data_io"), Some(1.0));

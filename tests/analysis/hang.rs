@@ -3,10 +3,8 @@
 //! for `analysis.hang_after`; a communication-bound rank that leaves the collective between
 //! steps, or one whose GPU does not spin, is not.
 
-mod common;
-
-use common::exposition::value;
-use common::scenario::{healthy, run, stacks};
+use crate::common::exposition::value;
+use crate::common::scenario::{healthy, run, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::{Kind, Primary};
@@ -56,8 +54,8 @@ fn a_rank_stuck_in_one_collective_with_its_gpu_spinning_is_hung() {
         ..Default::default()
     };
     snapshot.node = "test-node".into();
-    let (text, _) = common::render_pinned(&snapshot);
-    let f = common::exposition::parse(&text, false).unwrap();
+    let (text, _) = crate::common::render_pinned(&snapshot);
+    let f = crate::common::exposition::parse(&text, false).unwrap();
     assert_eq!(
         value(
             &f,

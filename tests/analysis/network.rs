@@ -2,9 +2,7 @@
 //! link, and collectives crossing a saturated or slow link; each with the near miss that
 //! must not read that way.
 
-mod common;
-
-use common::scenario::{active, healthy, remote_loader, run, stacks};
+use crate::common::scenario::{active, healthy, remote_loader, run, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::{

@@ -40,6 +40,9 @@ done
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "modules: no import cycle, the data flow one way, no file past its size"
+python3 scripts/check_modules.py
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 

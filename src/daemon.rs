@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::sampler::{self, Sampler};
 use crate::source::demo::DemoSource;
-use crate::web::config_file::WebConfig;
 use crate::web::listener;
+use crate::web::reload::WebConfig;
 use crate::web::routes::{self, AppState};
 use crate::web::stats::HttpStats;
 

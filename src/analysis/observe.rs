@@ -266,6 +266,67 @@ fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::{CgroupContext, GpuProcess, GpuSnapshot};
+
+    fn process(pid: u32, ppid: u32, pod: &str, descendants: &[u32]) -> ProcessContext {
+        ProcessContext {
+            pid,
+            ppid,
+            descendants: descendants.to_vec(),
+            cgroup: Some(CgroupContext {
+                pod_uid: pod.into(),
+                ..CgroupContext::default()
+            }),
+            ..ProcessContext::default()
+        }
+    }
+
+    /// Two GPUs, each with one main process, as `observe` groups them: (job, ranks) per GPU.
+    fn groups(contexts: Vec<ProcessContext>) -> Vec<(Option<String>, Option<String>)> {
+        let devices = contexts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| GpuDevice {
+                index: i as u32,
+                uuid: format!("GPU-{i}"),
+                up: true,
+                process_count: Some(1),
+                processes: vec![GpuProcess {
+                    pid: c.pid,
+                    ..GpuProcess::default()
+                }],
+                ..GpuDevice::default()
+            })
+            .collect();
+        let snapshot = Snapshot {
+            gpu: Some(GpuSnapshot {
+                nvml_up: true,
+                devices,
+                ..GpuSnapshot::default()
+            }),
+            processes: contexts,
+            ..Snapshot::default()
+        };
+        observe(&snapshot, 0.0)
+            .into_iter()
+            .map(|o| (o.job, o.ranks))
+            .collect()
+    }
+
+    #[test]
+    fn children_of_one_launcher_on_separate_gpus_are_ranks_not_a_job() {
+        // torchrun on bare metal: two children of pid 7, no pod, no Slurm job.
+        let bare = groups(vec![process(20, 7, "", &[]), process(21, 7, "", &[])]);
+        let launcher = Some("launcher:7".to_string());
+        assert_eq!(bare, vec![(None, launcher.clone()), (None, launcher)]);
+        // In a pod, the pod is both.
+        let pod = groups(vec![process(30, 8, "p", &[]), process(31, 9, "p", &[])]);
+        assert_eq!(pod[0], (Some("pod:p".into()), Some("pod:p".into())));
+        assert_eq!(pod[0], pod[1]);
+        // Orphans (reparented to init) are nobody's ranks.
+        let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]);
+        assert_eq!(orphans, vec![(None, None), (None, None)]);
+    }
 
     #[test]
     fn pcie_bandwidth_share_counts_generation_and_width() {

@@ -25,7 +25,7 @@ use tokio::time::{sleep, timeout, Sleep};
 use tower::ServiceExt as _;
 
 use super::auth::BasicAuth;
-use super::config_file::WebConfig;
+use super::reload::WebConfig;
 use super::stats::HttpStats;
 use crate::config::Web as Limits;
 use crate::snapshot::Rejection;

@@ -5,5 +5,6 @@
 pub mod auth;
 pub mod config_file;
 pub mod listener;
+pub mod reload;
 pub mod routes;
 pub mod stats;

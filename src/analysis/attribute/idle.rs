@@ -2,7 +2,7 @@
 //! rules' scores (inferred).
 
 use super::loader::{split_loader, storage_busy};
-use super::{add, note};
+use super::{add, cpu_taken_by_others, note};
 use crate::analysis::score::IDLE_BUSY;
 use crate::analysis::text::percent;
 use crate::analysis::{Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
@@ -91,25 +91,6 @@ pub(super) fn split_observed(
     );
     add(lost, Cause::Unexplained, other * idle_in_host);
     (collective - communication).max(0.0)
-}
-
-/// The share of the job's CPU-side time that others take: none while the job's threads get a
-/// CPU when they want one (fewer than `cpu_wait_high` waiting on average: a job that is itself
-/// idle never loses its observation to the node's background); else the share of the job's
-/// CPUs' busy time that others hold; all of it under CPU-quota throttling.
-pub(super) fn cpu_taken_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
-    if w.cgroup_throttled
-        .is_some_and(|c| c >= t.cgroup_throttled_high)
-    {
-        return 1.0;
-    }
-    if !w.cpu_wait.is_some_and(|q| q >= t.cpu_wait_high) {
-        return 0.0;
-    }
-    match (w.own_cpu, w.other_cpu) {
-        (Some(own), Some(other)) if own + other > 0.0 => other / (own + other),
-        _ => 0.0,
-    }
 }
 
 /// The idle time the main thread spent in Python: host_bound, except the part it spent

@@ -1,7 +1,6 @@
 //! The idle time the loop spent waiting for its loader, by what the workers' time went to.
 
-use super::idle::cpu_taken_by_others;
-use super::{add, note};
+use super::{add, cpu_taken_by_others, note};
 use crate::analysis::network::job_namespace;
 use crate::analysis::text::{per_second, percent};
 use crate::analysis::{Cause, InputSource, Kind, LostTime, WindowFigures};

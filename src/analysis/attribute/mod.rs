@@ -122,6 +122,25 @@ fn add(lost: &mut LostTime, cause: Cause, share: f64) {
     }
 }
 
+/// The share of the job's CPU-side time that others take: none while the job's threads get a
+/// CPU when they want one (fewer than `cpu_wait_high` waiting on average: a job that is itself
+/// idle never loses its observation to the node's background); else the share of the job's
+/// CPUs' busy time that others hold; all of it under CPU-quota throttling.
+fn cpu_taken_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
+    if w.cgroup_throttled
+        .is_some_and(|c| c >= t.cgroup_throttled_high)
+    {
+        return 1.0;
+    }
+    if !w.cpu_wait.is_some_and(|q| q >= t.cpu_wait_high) {
+        return 0.0;
+    }
+    match (w.own_cpu, w.other_cpu) {
+        (Some(own), Some(other)) if own + other > 0.0 => other / (own + other),
+        _ => 0.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

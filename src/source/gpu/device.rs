@@ -2,7 +2,7 @@
 //! cheap and quiet (unsupported features, last-seen sample timestamps, the previous GPM
 //! sample). A [`DeviceReader`] serves one NVML index and lives on that GPU's worker thread.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use nvml_wrapper::enum_wrappers::device::{
@@ -10,123 +10,14 @@ use nvml_wrapper::enum_wrappers::device::{
     TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
-use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, GpmSample, Nvml};
+use nvml_wrapper::{Device, Nvml};
 
-use super::raw::{gpu_instance_id, nvlink_bytes, remapped_rows};
+use super::gpm::{read_gpm, read_mig_devices};
+use super::memo::{ask, GpuMemo, Identity, Lost};
+use super::raw::{nvlink_bytes, remapped_rows};
 use super::{error_reason, summary};
-use crate::snapshot::{
-    GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, MigDevice, NvLinkState,
-};
-
-/// Every feature the source asks NVML for: the values of `gpu_feature_supported`'s `feature`
-/// label (docs/metrics.md lists them).
-const FEATURES: [&str; 37] = [
-    "name",
-    "pci_info",
-    "numa_node",
-    "cpu_affinity",
-    "utilization",
-    "utilization_samples",
-    "memory",
-    "temperature",
-    "temperature_thresholds",
-    "power",
-    "power_limit",
-    "power_limit_default",
-    "performance_state",
-    "fans",
-    "encoder",
-    "decoder",
-    "vbios",
-    "architecture",
-    "brand",
-    "energy",
-    "clocks",
-    "max_clocks",
-    "throttle_reasons",
-    "pcie_link",
-    "pcie_max_link",
-    "pcie_throughput",
-    "pcie_replays",
-    "ecc",
-    "processes",
-    "graphics_processes",
-    "process_utilization",
-    "violation_time",
-    "remapped_rows",
-    "nvlink",
-    "nvlink_throughput",
-    "gpm",
-    "mig",
-];
-
-/// What the reader remembers about the GPU at its index between ticks; reset when a GPU
-/// with another UUID appears there.
-#[derive(Debug, Default)]
-struct GpuMemo {
-    /// Features answered with NOT_SUPPORTED or missing from the library: never asked again.
-    unsupported: BTreeSet<&'static str>,
-    /// Newest utilization sample already summarised (driver clock, opaque).
-    last_sample: u64,
-    /// Newest per-process utilization sample already used (driver clock, opaque).
-    last_process_sample: u64,
-    /// Identity, read once.
-    identity: Option<Identity>,
-    /// Features that failed with an unexpected error on the last tick (logged on change).
-    failing: BTreeSet<&'static str>,
-    /// The GPM sample of the previous tick: GPM rates come from two samples.
-    gpm_previous: Option<GpmSample<'static>>,
-    /// The same per MIG GPU instance id.
-    mig_gpm_previous: HashMap<u32, GpmSample<'static>>,
-}
-
-/// What does not change while a GPU is at its index.
-#[derive(Debug, Clone)]
-struct Identity {
-    model: String,
-    pci_bus_id: String,
-    numa_node: Option<u32>,
-    cpu_affinity: Option<String>,
-    vbios_version: String,
-    architecture: String,
-    brand: String,
-}
-
-impl Identity {
-    fn read(memo: &mut GpuMemo, uuid: &str, device: &Device<'static>) -> Result<Self, Lost> {
-        Ok(Identity {
-            model: ask(memo, uuid, "name", || device.name())?.unwrap_or_default(),
-            pci_bus_id: ask(memo, uuid, "pci_info", || device.pci_info())?
-                .map(|p| p.bus_id)
-                .unwrap_or_default(),
-            numa_node: ask(memo, uuid, "numa_node", || device.numa_node_id())?,
-            cpu_affinity: ask(memo, uuid, "cpu_affinity", || device.cpu_affinity(16))?
-                .map(|words| summary::cpu_list(&words)),
-            vbios_version: ask(memo, uuid, "vbios", || device.vbios_version())?.unwrap_or_default(),
-            architecture: ask(memo, uuid, "architecture", || device.architecture())?
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
-            brand: ask(memo, uuid, "brand", || device.brand())?
-                .map(|b| format!("{b:?}"))
-                .unwrap_or_default(),
-        })
-    }
-
-    fn apply(&self, gpu: &mut GpuDevice) {
-        gpu.model = self.model.clone();
-        gpu.pci_bus_id = self.pci_bus_id.clone();
-        gpu.numa_node = self.numa_node;
-        gpu.cpu_affinity = self.cpu_affinity.clone();
-        gpu.vbios_version = self.vbios_version.clone();
-        gpu.architecture = self.architecture.clone();
-        gpu.brand = self.brand.clone();
-    }
-}
-
-/// A GPU that stopped answering part-way through a tick.
-struct Lost(&'static str);
+use crate::snapshot::{GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuUtilization, NvLinkState};
 
 /// Reads the GPU at one NVML index, tick after tick.
 pub struct DeviceReader {
@@ -194,51 +85,6 @@ impl DeviceReader {
         }
         gpu.unsupported = self.memo.unsupported.iter().copied().collect();
         gpu
-    }
-}
-
-/// Asks NVML for one feature through `memo`: unsupported features are skipped, a lost GPU
-/// aborts the device's tick, "not found" is an empty answer, other errors drop the feature
-/// for this tick and are logged when they start and stop.
-fn ask<T>(
-    memo: &mut GpuMemo,
-    uuid: &str,
-    feature: &'static str,
-    call: impl FnOnce() -> Result<T, NvmlError>,
-) -> Result<Option<T>, Lost> {
-    debug_assert!(FEATURES.contains(&feature), "{feature} is not in FEATURES");
-    if memo.unsupported.contains(feature) {
-        return Ok(None);
-    }
-    match call() {
-        Ok(value) => {
-            if memo.failing.remove(feature) {
-                tracing::info!(gpu = uuid, feature, "NVML call recovered");
-            }
-            Ok(Some(value))
-        }
-        Err(NvmlError::NotFound) => Ok(None),
-        Err(
-            error @ (NvmlError::NotSupported
-            | NvmlError::FailedToLoadSymbol(_)
-            | NvmlError::FunctionNotFound),
-        ) => {
-            tracing::debug!(
-                gpu = uuid,
-                feature,
-                reason = error_reason(&error),
-                "not supported on this GPU or driver; not asked again"
-            );
-            memo.unsupported.insert(feature);
-            Ok(None)
-        }
-        Err(NvmlError::GpuLost) => Err(Lost("gpu_lost")),
-        Err(error) => {
-            if memo.failing.insert(feature) {
-                tracing::warn!(gpu = uuid, feature, error = %error, "NVML call failed");
-            }
-            Ok(None)
-        }
     }
 }
 
@@ -429,116 +275,6 @@ fn read_nvlink(
         links,
         tx_bytes: traffic.map(|(tx, _)| tx),
         rx_bytes: traffic.map(|(_, rx)| rx),
-    }))
-}
-
-/// The MIG devices of a GPU in MIG mode. NVML gives each one's UUID, memory and (through
-/// GPM on Hopper and newer) SM activity; it gives no utilization rates, clocks, power or
-/// per-process samples per MIG device, so those stay per physical GPU.
-fn read_mig_devices(
-    nvml: &'static Nvml,
-    device: &Device<'static>,
-    memo: &mut GpuMemo,
-    uuid: &str,
-) -> Result<Vec<MigDevice>, Lost> {
-    let slots = ask(memo, uuid, "mig", || device.mig_device_count())?.unwrap_or(0);
-    let mut found = Vec::new();
-    for slot in 0..slots {
-        let mig = match device.mig_device_by_index(slot) {
-            Ok(mig) => mig,
-            Err(NvmlError::GpuLost) => return Err(Lost("gpu_lost")),
-            // An empty slot, or one being reconfigured.
-            Err(_) => continue,
-        };
-        let gpu_instance_id = gpu_instance_id(nvml, &mig).ok();
-        let sm_activity_ratio = match gpu_instance_id {
-            Some(id) if !memo.unsupported.contains("gpm") => {
-                mig_sm_activity(nvml, device, memo, id)
-            }
-            _ => None,
-        };
-        found.push(MigDevice {
-            index: slot,
-            uuid: mig.uuid().unwrap_or_default(),
-            gpu_instance_id,
-            memory: mig.memory_info().ok().map(|m| GpuMemory {
-                total_bytes: m.total,
-                used_bytes: m.used,
-            }),
-            sm_activity_ratio,
-        });
-    }
-    Ok(found)
-}
-
-/// SM activity of one GPU instance between this tick's GPM sample and the previous one.
-fn mig_sm_activity(
-    nvml: &'static Nvml,
-    device: &Device<'static>,
-    memo: &mut GpuMemo,
-    gpu_instance: u32,
-) -> Option<f64> {
-    let sample = device.gpm_mig_sample(gpu_instance).ok()?;
-    let previous = memo.mig_gpm_previous.insert(gpu_instance, sample)?;
-    let current = &memo.mig_gpm_previous[&gpu_instance];
-    let results =
-        nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &[GpmMetricId::SmUtil])
-            .ok()?;
-    let value = results.into_iter().next()?.ok()?.value;
-    Some((value / 100.0).clamp(0.0, 1.0))
-}
-
-/// GPM rates between the previous tick's sample and a new one (none on the first tick).
-fn read_gpm(
-    nvml: &'static Nvml,
-    device: &Device<'static>,
-    memo: &mut GpuMemo,
-    uuid: &str,
-) -> Result<Option<GpmMetrics>, Lost> {
-    if memo.gpm_previous.is_none() {
-        // GPUs before Hopper answer NOT_SUPPORTED or plainly "no": either way, unsupported.
-        match ask(memo, uuid, "gpm", || device.gpm_support())? {
-            Some(true) => {}
-            Some(false) => {
-                memo.unsupported.insert("gpm");
-                return Ok(None);
-            }
-            None => return Ok(None),
-        }
-    }
-    let Some(sample) = ask(memo, uuid, "gpm", || device.gpm_sample())? else {
-        return Ok(None);
-    };
-    let Some(previous) = memo.gpm_previous.replace(sample) else {
-        return Ok(None);
-    };
-    let current = memo.gpm_previous.as_ref().expect("just stored");
-    let ids = [
-        GpmMetricId::SmUtil,
-        GpmMetricId::SmOccupancy,
-        GpmMetricId::AnyTensorUtil,
-        GpmMetricId::DramBwUtil,
-    ];
-    let results = match nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &ids) {
-        Ok(results) => results,
-        Err(NvmlError::GpuLost) => return Err(Lost("gpu_lost")),
-        Err(_) => return Ok(None),
-    };
-    let values: Vec<f64> = results
-        .into_iter()
-        .map(|r| {
-            r.map(|m| (m.value / 100.0).clamp(0.0, 1.0))
-                .unwrap_or(f64::NAN)
-        })
-        .collect();
-    if values.iter().any(|v| v.is_nan()) {
-        return Ok(None);
-    }
-    Ok(Some(GpmMetrics {
-        sm_activity_ratio: values[0],
-        sm_occupancy_ratio: values[1],
-        tensor_activity_ratio: values[2],
-        dram_bandwidth_ratio: values[3],
     }))
 }
 

@@ -7,6 +7,8 @@
 //! on a thread of its own (`worker`), XID events are awaited on another (`xid`).
 
 mod device;
+mod gpm;
+mod memo;
 mod raw;
 pub mod summary;
 mod worker;

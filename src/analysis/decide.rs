@@ -7,7 +7,6 @@ use super::hang::{self, Stuck, RECENT_SAMPLES_MIN};
 use super::kinds::{self, score_all};
 use super::latch::Latch;
 use super::score::IDLE_BUSY;
-use super::window::window_figures;
 use super::{attribute, judge};
 use super::{Cause, GpuObservation, GpuVerdict, Kind, KindScore, KindVerdict, LostTime};
 use super::{Primary, WindowFigures};
@@ -153,7 +152,7 @@ fn lost_over_window(
     (at, horizon): (f64, f64),
     t: &Thresholds,
 ) -> Option<LostTime> {
-    let mut tick = window_figures(&[now]);
+    let mut tick = WindowFigures::over(&[now]);
     tick.job_gap = window.job_gap;
     tick.collective_busy_cap = window.collective_busy_cap;
     // The tick is attributed by where the main thread was lately, not over the whole stacks

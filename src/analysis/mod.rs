@@ -8,7 +8,7 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | observe | [`observe`], [`jobs`] | a snapshot → one [`GpuObservation`] per GPU |
-//! | window | [`window`] | a GPU's observations → its [`WindowFigures`] |
+//! | window | [`WindowFigures::over`] | a GPU's observations → its window figures (each signal declared once, with its fold: `snapshot/figures.rs`) |
 //! | peers | [`peers`] | the GPUs of one job compared: busy gaps, the collectives' cap |
 //! | score | [`kinds`] | each kind's counter rule (one file per kind, [`Kind::spec`]) |
 //! | attribute | [`attribute`] | the window's GPU time split by cause ([`LostTime`]) |
@@ -28,25 +28,21 @@ pub mod judge;
 pub mod kinds;
 pub mod latch;
 pub mod network;
-pub mod observation;
 pub mod observe;
 pub mod peers;
 pub mod score;
 pub mod text;
-pub mod window;
 
 use std::collections::{BTreeMap, VecDeque};
 
 pub use self::advice::{explanation, next_steps};
 use self::decide::{decide, GpuState};
-pub use self::observation::GpuObservation;
 pub use self::observe::observe;
-use self::window::window_figures;
 use crate::config::Thresholds;
 use crate::snapshot::Snapshot;
 pub use crate::snapshot::{
-    Basis, Cause, Evidence, GpuVerdict, Hang, InputSource, Kind, KindScore, KindVerdict, LinkLoad,
-    LostTime, MountLoad, Primary, Sharing, WindowFigures,
+    Basis, Cause, Evidence, GpuObservation, GpuVerdict, Hang, InputSource, Kind, KindScore,
+    KindVerdict, LinkLoad, LostTime, MountLoad, Primary, Sharing, WindowFigures,
 };
 
 /// The window of observations and each GPU's state, owned by the sampler.
@@ -98,7 +94,7 @@ impl Analyzer {
                     .flat_map(|(_, tick)| tick)
                     .filter(|o| o.uuid == now.uuid)
                     .collect();
-                window_figures(&history)
+                WindowFigures::over(&history)
             })
             .collect();
         let t = &self.thresholds;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::jobs::{jobs_on, working};
-use super::observation::GpuObservation;
+use crate::snapshot::GpuObservation;
 use crate::snapshot::{
     GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessNetwork,
     ProcessStacks, Snapshot,

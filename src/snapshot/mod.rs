@@ -4,12 +4,14 @@
 //! Counters are kept as read; the `*Rates` structs hold what happened over the last interval
 //! and are `None` on the first sample, after a counter reset, or for a device that just appeared.
 
+mod figures;
 mod gpu;
 mod network;
 mod process;
 mod signal;
 mod verdict;
 
+pub use figures::*;
 pub use gpu::*;
 pub use network::*;
 pub use process::*;

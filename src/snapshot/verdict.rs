@@ -4,7 +4,7 @@
 //! and depends on no stage; `analysis` computes these values, `exposition` and `report` show
 //! them.
 
-use super::{Activity, Culprits, ProcessStacks, Signal};
+use super::{Signal, WindowFigures};
 
 /// The bottleneck kinds of the taxonomy, in report order (what each means, its evidence and
 /// its rules: `analysis::kinds`, one file per kind; docs/verdicts.md).
@@ -285,109 +285,6 @@ impl GpuVerdict {
     }
 }
 
-/// The window of one GPU, averaged: what the rules read.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WindowFigures {
-    /// Whether the GPU answered on every tick of the window.
-    pub up: bool,
-    /// Mean busy fraction.
-    pub busy: Option<f64>,
-    /// Mean share of near-zero utilization samples.
-    pub idle_share: Option<f64>,
-    /// Mean GPM SM activity.
-    pub sm_activity: Option<f64>,
-    /// Mean device memory used share.
-    pub memory_used_ratio: Option<f64>,
-    /// Highest device memory used share in the window.
-    pub memory_used_peak: Option<f64>,
-    /// Share of ticks with a limiting throttle reason.
-    pub throttled_share: Option<f64>,
-    /// Mean degrees below the slowdown temperature.
-    pub thermal_margin: Option<f64>,
-    /// Increase of XID and uncorrected ECC errors over the window.
-    pub new_hardware_errors: Option<u64>,
-    /// A row remap is pending or failed (latest tick).
-    pub remap_trouble: bool,
-    /// Share of its maximum bandwidth the PCIe link trained at (latest tick).
-    pub pcie_bandwidth_share: Option<f64>,
-    /// Mean processes on the GPU.
-    pub processes: Option<f64>,
-    /// Who shares the GPU.
-    pub sharing: Option<Sharing>,
-    /// Mean share of a core used by the main process's busiest thread.
-    pub busiest_thread: Option<f64>,
-    /// Mean number of loader workers.
-    pub workers: Option<f64>,
-    /// Mean share of a core used by the busiest worker.
-    pub workers_max_cpu: Option<f64>,
-    /// Mean workers in uninterruptible (I/O) wait.
-    pub workers_disk_wait: Option<f64>,
-    /// Mean number of workers waiting for block I/O.
-    pub workers_blkio: Option<f64>,
-    /// Mean cgroup throttled-period share.
-    pub cgroup_throttled: Option<f64>,
-    /// Share of ticks with threads on another NUMA node than the GPU.
-    pub numa_mismatch_share: Option<f64>,
-    /// Mean utilization of the busiest disk.
-    pub disk_util: Option<f64>,
-    /// Mean host iowait share.
-    pub iowait: Option<f64>,
-    /// Mean host PSI io "some" share.
-    pub psi_io: Option<f64>,
-    /// Mean host CPU busy share.
-    pub host_cpu: Option<f64>,
-    /// Mean host CPU share used outside the GPU process trees.
-    pub other_cpu: Option<f64>,
-    /// Where the main GPU process's main thread was over the stacks source's own window, at
-    /// the end of this window (`None` where its stacks are not read).
-    pub stacks: Option<ProcessStacks>,
-    /// Data-loader workers' CPU over the window, in cores, summed.
-    pub workers_cpu: Option<f64>,
-    /// The part of it in the kernel (system calls), in cores.
-    pub workers_system_cpu: Option<f64>,
-    /// Mean share of the workers' context switches that were voluntary.
-    pub workers_voluntary_switches: Option<f64>,
-    /// The node's busiest processes outside the GPU process trees, as last found (`None`
-    /// while not looked for).
-    pub culprits: Option<Culprits>,
-    /// Mean number of the job's threads waiting for a CPU.
-    pub cpu_wait: Option<f64>,
-    /// Share of the job's CPUs its GPU process trees use.
-    pub own_cpu: Option<f64>,
-    /// How many CPUs the job may run on.
-    pub job_cpus: Option<f64>,
-    /// Mean SM clock share of its maximum over the throttled ticks.
-    pub throttled_clock_ratio: Option<f64>,
-    /// Mean hypervisor steal share.
-    pub steal: Option<f64>,
-    /// Busy spread to the busiest GPU of the same job (`None`: not in a multi-GPU job).
-    pub job_gap: Option<f64>,
-    /// The most of the busy time collectives can have cost this rank: how much longer its GPU
-    /// was busy, or its SMs empty, than its job's least busy rank's, plus the least busy time
-    /// any of the ranks spent in collectives (`None`: no peers, or peers without stacks).
-    pub collective_busy_cap: Option<f64>,
-    /// Mean bytes per second the main GPU process's network namespace received (its pod's
-    /// ingress; the node's where it shares the node's namespace).
-    pub job_ingress: Option<f64>,
-    /// Mean bytes per second it transmitted.
-    pub job_egress: Option<f64>,
-    /// The job's namespace's busiest interface as last seen (`None` in the node's namespace).
-    pub job_interface: Option<String>,
-    /// The node's busiest physical link (NIC or InfiniBand / RoCE port) as last seen, with
-    /// its utilization averaged over the window.
-    pub link: Option<LinkLoad>,
-    /// The busiest NFS mount of the node that the main GPU process has mounted, as last
-    /// seen, with its rates averaged over the window.
-    pub mount: Option<MountLoad>,
-    /// The network and FUSE mounts the main GPU process sees, described
-    /// (`fuse.s3fs at /mnt/bucket (s3fs)`).
-    pub network_mounts: Vec<String>,
-    /// The main GPU process as last seen (`pid 4242 (python3)`).
-    pub main_process: Option<String>,
-    /// The pod the GPU is assigned to as last seen (`namespace/pod`).
-    pub pod: Option<String>,
-}
-
 /// How loaded a physical link is.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LinkLoad {
@@ -425,31 +322,6 @@ pub struct MountLoad {
     pub read_rtt_seconds: f64,
     /// Bytes per second read from the server.
     pub read_bytes_per_second: f64,
-}
-
-impl WindowFigures {
-    /// The share of the main thread's stack samples in `activity`, where stacks are read.
-    pub fn stack_share(&self, activity: Activity) -> Option<f64> {
-        self.stacks.as_ref().map(|s| s.share(activity))
-    }
-
-    /// The frame seen most in `activity`, described for the evidence
-    /// (`train at /job/train.py:57, 62 % of the samples`); empty when none.
-    pub fn top_frame(&self, activity: Activity) -> String {
-        self.stacks
-            .iter()
-            .flat_map(|s| &s.top_frames)
-            .find(|f| f.activity == activity)
-            .map(|f| {
-                format!(
-                    "{} at {}, {:.0} % of the samples",
-                    f.function,
-                    f.location,
-                    100.0 * f.share
-                )
-            })
-            .unwrap_or_default()
-    }
 }
 
 /// Who shares a GPU.

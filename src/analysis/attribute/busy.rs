@@ -47,7 +47,7 @@ pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_c
         take(lost, Kind::KernelEfficiency, own)
     });
     // Clocks held down slow the useful busy time that is left by the clock's shortfall.
-    if let (Some(throttled), Some(clock)) = (w.throttled_share, w.throttled_clock_ratio) {
+    if let (Some(throttled), Some(clock)) = (w.throttled, w.throttled_clock_ratio) {
         let useful = busy - collective - empty - shared.map_or(0.0, |m| busy * (1.0 - m));
         take(lost, Kind::Throttling, throttled * useful * (1.0 - clock));
     }

@@ -111,7 +111,7 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
         rule.alternative(Signal::Steal, w.steal, t.steal_high, high_ratio),
         // Placement across NUMA nodes slows host-device copies but rarely decides a case
         // alone: a whole window of it scores just past the entry score.
-        w.numa_mismatch_share.map(|share| {
+        w.numa_mismatch.map(|share| {
             let score = 0.6 * share;
             rule.fact(Signal::NumaMismatch, share, score, String::new());
             score

@@ -26,9 +26,9 @@ fn score(w: &WindowFigures, _: &Thresholds) -> KindScore {
     let lost = if w.up { 0.0 } else { 1.0 };
     rule.fact(Signal::GpuNotAnswering, lost, lost, String::new());
     let errors = w
-        .new_hardware_errors
+        .hardware_errors
         .map_or(0.0, |n| if n > 0 { 1.0 } else { 0.0 });
-    if let Some(n) = w.new_hardware_errors {
+    if let Some(n) = w.hardware_errors {
         rule.fact(
             Signal::NewXidOrUncorrectedEcc,
             n as f64,

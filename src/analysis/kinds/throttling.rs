@@ -32,7 +32,7 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let mut rule = Rule::new();
     let reasons = rule.alternative(
         Signal::ThrottledShare,
-        w.throttled_share,
+        w.throttled,
         t.throttled_share_high,
         high_ratio,
     );

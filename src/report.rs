@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::analysis::{explanation, next_steps};
+use crate::analysis::{explanation, next_steps, text};
 use crate::analysis::{Cause, GpuVerdict, InputSource, KindVerdict, LostTime, Primary};
 use crate::snapshot::{Activity, ProcessStacks};
 
@@ -109,7 +109,7 @@ fn lost_time_json(lost: &LostTime) -> Value {
             InputSource::Remote => "remote",
         }),
         "summary": lost_time_summary(lost),
-        "reasons": lost.reasons,
+        "reasons": lost.reasons.iter().map(text::reason).collect::<Vec<_>>(),
     })
 }
 
@@ -268,7 +268,7 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
         if let Some(lost) = &v.lost {
             let _ = writeln!(out, "  Lost time: {}", lost_time_summary(lost));
             for reason in &lost.reasons {
-                let _ = writeln!(out, "    - {reason}");
+                let _ = writeln!(out, "    - {}", text::reason(reason));
             }
         }
         if let Some(k) = primary_kind(v) {

@@ -3,7 +3,7 @@
 //! link. Pure: window figures in, evidence out, scored "high is bad" like every rule's.
 
 use super::score::{high, high_ratio};
-use super::text::per_second;
+use super::text::{job_namespace, per_second};
 use super::{Evidence, LinkLoad, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::Signal;
@@ -42,15 +42,6 @@ fn describe_link(link: &LinkLoad) -> String {
         100.0 * link.receive_utilization,
         100.0 * link.transmit_utilization,
     )
-}
-
-/// Who received the job's traffic: its own namespace's interface, or the node's (a job in
-/// the node's namespace).
-pub fn job_namespace(w: &WindowFigures) -> String {
-    match &w.job_interface {
-        Some(interface) => format!("the job's network namespace ({interface})"),
-        None => "the node's physical interfaces (the job shares the node's namespace)".into(),
-    }
 }
 
 /// Evidence that a starving loop's input comes over the network: the NFS mount it is most
@@ -101,7 +92,7 @@ pub fn remote_input(w: &WindowFigures, t: &Thresholds) -> Vec<Evidence> {
             strength,
             detail: format!(
                 "{} received {}{link}",
-                job_namespace(w),
+                job_namespace(w.job_interface.as_deref()),
                 per_second(ingress)
             ),
         });

@@ -1,4 +1,8 @@
-//! Figures as people read them, for the evidence details and the reasons of the split.
+//! Every sentence the analysis says: figures as people read them, and each part of a
+//! lost-time split ([`Reason`]) as a sentence. The arithmetic builds typed reasons; only
+//! this module words them.
+
+use crate::snapshot::{InputSource, Reader, Reason, RemoteSeen};
 
 /// Bytes per second (`310 MB/s`).
 pub fn per_second(bytes: f64) -> String {
@@ -13,4 +17,127 @@ pub fn per_second(bytes: f64) -> String {
 /// A share as a whole percentage (`62 %`).
 pub fn percent(share: f64) -> String {
     format!("{:.0} %", 100.0 * share)
+}
+
+/// Who received a job's traffic: its own namespace's interface, or the node's (a job in the
+/// node's namespace).
+pub fn job_namespace(interface: Option<&str>) -> String {
+    match interface {
+        Some(interface) => format!("the job's network namespace ({interface})"),
+        None => "the node's physical interfaces (the job shares the node's namespace)".into(),
+    }
+}
+
+/// One part of a split, in a sentence.
+pub fn reason(reason: &Reason) -> String {
+    match reason {
+        Reason::Synchronizing { seen, drained } => format!(
+            "the main thread waited for the GPU (synchronizing) in {} of the samples{}",
+            percent(*seen),
+            drained.map_or(String::new(), |d| format!(
+                "; the GPU then idles while the loop's Python runs on an empty queue ({} of that Python)",
+                percent(d)
+            ))
+        ),
+        Reason::InCollectives { seen } => format!(
+            "the main thread waited for its peers in collectives in {} of the samples",
+            percent(*seen)
+        ),
+        Reason::Python {
+            seen,
+            waiting_for_others,
+        } => format!(
+            "the main thread ran the loop's own Python in {} of the samples{}",
+            percent(*seen),
+            waiting_for_others.map_or(String::new(), |w| format!(
+                ", waiting for CPUs others hold {} of that time",
+                percent(w)
+            ))
+        ),
+        Reason::LoadsItsOwnData { seen } => format!(
+            "the main thread loads its own data (no loader workers) in {} of the samples, computing",
+            percent(*seen)
+        ),
+        Reason::LoaderWait {
+            seen,
+            workers,
+            computing,
+            in_kernel,
+            waiting_for_cpu,
+            others_hold,
+            blocked,
+            sleeping,
+        } => format!(
+            "the main thread waited for its loader in {} of the samples; its {workers:.0} workers computed {} ({} in system calls), waited for a CPU {}{}, were blocked {} and slept {} of the time",
+            percent(*seen),
+            percent(*computing),
+            percent(*in_kernel),
+            percent(*waiting_for_cpu),
+            others_hold.map_or(String::new(), |o| format!(
+                " (others hold {} of their CPUs)",
+                percent(o)
+            )),
+            percent(*blocked),
+            percent(*sleeping)
+        ),
+        Reason::Input {
+            reader,
+            source,
+            remote,
+        } => {
+            let who = match reader {
+                Reader::MainThread => "the main thread (no loader workers)",
+                Reader::Workers => "the workers",
+            };
+            let from = match source {
+                InputSource::LocalStorage => {
+                    "from local storage (the node's disks are loaded)".to_string()
+                }
+                InputSource::Remote => format!(
+                    "from a remote source: the node's disks are quiet (a socket, a network or FUSE filesystem, an object store){}",
+                    remote_detail(remote)
+                ),
+            };
+            format!("input read by {who} comes {from}")
+        }
+        Reason::NoStacks => {
+            "no Python stacks to observe: the idle time is split by the counter rules' scores"
+                .into()
+        }
+        Reason::OthersWork { share } => {
+            format!("other processes did {} of the GPU's work", percent(*share))
+        }
+        Reason::PeersAsBusy { at_most, seen } => format!(
+            "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
+            percent(*at_most),
+            percent(*seen)
+        ),
+    }
+}
+
+/// Where remote input comes from, as the network figures name it: the NFS mount read most
+/// (with its round trip), else the network or FUSE filesystems the job has mounted, and the
+/// job's ingress.
+fn remote_detail(remote: &RemoteSeen) -> String {
+    if let Some((mount_point, device, rtt)) = &remote.nfs {
+        return format!(
+            "; NFS {mount_point} ({device}) answers READs in {:.1} ms",
+            1000.0 * rtt
+        );
+    }
+    let mut detail = String::new();
+    if !remote.mounts.is_empty() {
+        detail += &format!(
+            "; the job has network or FUSE filesystems mounted: {}",
+            remote.mounts.join(", ")
+        );
+    }
+    if let Some((interface, bytes)) = &remote.ingress {
+        detail += &format!(
+            "; {} received {}",
+            job_namespace(interface.as_deref()),
+            per_second(*bytes)
+        );
+    }
+    detail
 }

@@ -175,8 +175,9 @@ pub struct LostTime {
     pub collective_busy: f64,
     /// Where a starved loader's input comes from, when the loader side explains idle time.
     pub input: Option<InputSource>,
-    /// Why the split is what it is, in a sentence per part (for the report).
-    pub reasons: Vec<String>,
+    /// Why the split is what it is, a part each, with its numbers (`analysis::text` says
+    /// each in a sentence for the report).
+    pub reasons: Vec<Reason>,
 }
 
 impl LostTime {
@@ -192,6 +193,104 @@ impl LostTime {
     pub fn total(&self) -> f64 {
         self.shares.iter().sum()
     }
+}
+
+/// One part of a lost-time split and the figures behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// The main thread waited for the GPU in `seen` of its samples; `drained`: the share of
+    /// the loop's Python then charged to the sync (it ran on the queue the sync drained).
+    Synchronizing {
+        /// Share of the samples.
+        seen: f64,
+        /// Share of the Python that followed a sync, where some did.
+        drained: Option<f64>,
+    },
+    /// The main thread waited for its peers in collectives in `seen` of its samples.
+    InCollectives {
+        /// Share of the samples.
+        seen: f64,
+    },
+    /// The main thread ran the loop's own Python in `seen` of its samples, waiting for CPUs
+    /// others hold `waiting_for_others` of that time.
+    Python {
+        /// Share of the samples.
+        seen: f64,
+        /// Share of that time spent waiting for CPUs others hold, where some was.
+        waiting_for_others: Option<f64>,
+    },
+    /// The main thread loads its own data (no loader workers), computing, in `seen` of its
+    /// samples.
+    LoadsItsOwnData {
+        /// Share of the samples.
+        seen: f64,
+    },
+    /// The main thread waited for its loader in `seen` of its samples, and what its workers'
+    /// time went to (each a share of it).
+    LoaderWait {
+        /// Share of the samples.
+        seen: f64,
+        /// Workers.
+        workers: f64,
+        /// Computing.
+        computing: f64,
+        /// The part of computing in system calls.
+        in_kernel: f64,
+        /// Waiting for a CPU.
+        waiting_for_cpu: f64,
+        /// The share of their CPUs others hold, where they hold some.
+        others_hold: Option<f64>,
+        /// Blocked (uninterruptible).
+        blocked: f64,
+        /// Sleeping.
+        sleeping: f64,
+    },
+    /// Where the input the loop waited for comes from.
+    Input {
+        /// Who reads it.
+        reader: Reader,
+        /// From where.
+        source: InputSource,
+        /// What the network figures name of a remote source.
+        remote: RemoteSeen,
+    },
+    /// No stacks to observe: the idle time is split by the counter rules' scores.
+    NoStacks,
+    /// Other processes did `share` of the GPU's work.
+    OthersWork {
+        /// Share of the work.
+        share: f64,
+    },
+    /// The rank waited in collectives while its GPU ran queued work as long as its peers':
+    /// collectives cost it at most `at_most` of the time, not the `seen` its stacks show.
+    PeersAsBusy {
+        /// The cap from the peer comparison.
+        at_most: f64,
+        /// What the stacks alone would charge.
+        seen: f64,
+    },
+}
+
+/// Who reads a loop's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// The main thread itself (no loader workers).
+    MainThread,
+    /// The loader workers.
+    Workers,
+}
+
+/// What the network figures name of a remote input source.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RemoteSeen {
+    /// The NFS mount read most, where one is read: (mount point, device, READ round trip
+    /// in seconds).
+    pub nfs: Option<(String, String, f64)>,
+    /// Else the network or FUSE filesystems the job has mounted, described.
+    pub mounts: Vec<String>,
+    /// Else also the job's ingress: its namespace's interface (`None`: the node's) and bytes
+    /// per second.
+    pub ingress: Option<(Option<String>, f64)>,
 }
 
 /// Where a starved loader's workers wait for their input.

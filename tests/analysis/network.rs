@@ -4,11 +4,11 @@
 
 use crate::common::scenario::{active, healthy, remote_loader, run, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
-use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
+use gpu_bottleneck_exporter::analysis::{explanation, next_steps, text};
 use gpu_bottleneck_exporter::analysis::{
     Basis, GpuVerdict, InputSource, Kind, LinkLoad, MountLoad, Primary,
 };
-use gpu_bottleneck_exporter::snapshot::Activity;
+use gpu_bottleneck_exporter::snapshot::{Activity, Reason};
 
 /// A loop whose two workers read small files from an NFS mount (25 ms a READ round trip),
 /// the local disks quiet, the GPU 25 % busy.
@@ -55,10 +55,19 @@ fn a_loop_reading_a_slow_nfs_mount_names_the_mount() {
         "{mount}"
     );
     assert!(mount.contains("READ round trip 25.0 ms"), "{mount}");
+    // The split names the mount with its round trip, and the report says so.
+    let named = lost.reasons.iter().find_map(|r| match r {
+        Reason::Input { remote, .. } => remote.nfs.clone(),
+        _ => None,
+    });
+    let (mount_point, _, rtt) = named.expect("the NFS mount named in the reasons");
+    assert_eq!(mount_point, "/mnt/datasets");
+    assert!((rtt - 0.025).abs() < 0.002, "{rtt}");
+    let said: Vec<String> = lost.reasons.iter().map(text::reason).collect();
     assert!(
-        lost.reasons.iter().any(|r| r.contains("NFS /mnt/datasets")),
-        "{:?}",
-        lost.reasons
+        said.iter()
+            .any(|r| r.contains("NFS /mnt/datasets (10.20.0.5:/datasets) answers READs in 25.0 ms")),
+        "{said:?}"
     );
     assert!(explanation(&verdict).contains("remote source"));
     assert!(next_steps(&verdict)[0].contains("local NVMe"));

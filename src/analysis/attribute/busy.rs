@@ -2,8 +2,8 @@
 //! collective's spinning kernels, empty SMs, held-down clocks.
 
 use super::{add, NOTED};
-use crate::analysis::text::percent;
 use crate::analysis::{Cause, Kind, LostTime, WindowFigures};
+use crate::snapshot::Reason;
 
 /// Busy time that did no useful work for the main job, each part capped by what is left.
 pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: f64) {
@@ -17,10 +17,7 @@ pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_c
     let shared = main_work_share(w);
     if let Some(main) = shared {
         take(lost, Kind::Contention, busy * (1.0 - main));
-        lost.reasons.push(format!(
-            "other processes did {} of the GPU's work",
-            percent(1.0 - main)
-        ));
+        lost.reasons.push(Reason::OthersWork { share: 1.0 - main });
     }
     // A GPU spinning in a collective's kernels leaves its SMs nearly empty (NCCL runs on a
     // few channels), so the busy time a collective explains is at most the time the SMs sat
@@ -31,11 +28,8 @@ pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_c
     // Its peers' GPUs as busy as its own: the rank's wait was theirs, not its GPU's.
     let cap = w.collective_busy_cap.unwrap_or(f64::INFINITY);
     if seen - cap >= NOTED * busy {
-        lost.reasons.push(format!(
-            "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
-            percent(cap),
-            percent(seen)
-        ));
+        lost.reasons
+            .push(Reason::PeersAsBusy { at_most: cap, seen });
     }
     let collective = take(lost, Kind::Communication, seen.min(cap));
     lost.collective_busy = collective;

@@ -4,10 +4,9 @@
 use super::loader::{split_loader, storage_busy};
 use super::{add, cpu_taken_by_others, note};
 use crate::analysis::score::IDLE_BUSY;
-use crate::analysis::text::percent;
 use crate::analysis::{Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
-use crate::snapshot::{Activity, ProcessStacks};
+use crate::snapshot::{Activity, ProcessStacks, Reason};
 
 /// Splits the idle time by the main thread's activities; returns the collective time it did
 /// not explain (the rank waited for its peers while its GPU was busy).
@@ -61,34 +60,20 @@ pub(super) fn split_observed(
         Cause::Kind(Kind::SyncStall),
         python_idle * drained_by_sync,
     );
+    let drained = (drained_by_sync > 0.0 && python_idle > 0.0).then_some(drained_by_sync);
     note(
         lost,
         sync,
-        format!(
-            "the main thread waited for the GPU (synchronizing) in {} of the samples{}",
-            percent(sync),
-            if drained_by_sync > 0.0 && python_idle > 0.0 {
-                format!(
-                    "; the GPU then idles while the loop's Python runs on an empty queue ({} of that Python)",
-                    percent(drained_by_sync)
-                )
-            } else {
-                String::new()
-            }
-        ),
+        Reason::Synchronizing {
+            seen: sync,
+            drained,
+        },
     );
     split_python(lost, w, t, python_idle * (1.0 - drained_by_sync), python);
     split_loader(lost, w, t, loader * idle_in_host, loader);
     let communication = collective * idle_in_host;
     add(lost, Cause::Kind(Kind::Communication), communication);
-    note(
-        lost,
-        collective,
-        format!(
-            "the main thread waited for its peers in collectives in {} of the samples",
-            percent(collective)
-        ),
-    );
+    note(lost, collective, Reason::InCollectives { seen: collective });
     add(lost, Cause::Unexplained, other * idle_in_host);
     (collective - communication).max(0.0)
 }
@@ -105,21 +90,14 @@ fn split_python(lost: &mut LostTime, w: &WindowFigures, t: &Thresholds, share: f
     let contended = share * waiting * cpu_taken_by_others(w, t);
     add(lost, Cause::Kind(Kind::Contention), contended);
     add(lost, Cause::Kind(Kind::HostBound), share - contended);
+    let waiting_for_others = (contended > 0.0).then(|| contended / share);
     note(
         lost,
         seen,
-        format!(
-            "the main thread ran the loop's own Python in {} of the samples{}",
-            percent(seen),
-            if contended > 0.0 {
-                format!(
-                    ", waiting for CPUs others hold {} of that time",
-                    percent(contended / share)
-                )
-            } else {
-                String::new()
-            }
-        ),
+        Reason::Python {
+            seen,
+            waiting_for_others,
+        },
     );
 }
 
@@ -150,7 +128,5 @@ pub(super) fn split_inferred(
             _ => InputSource::LocalStorage,
         });
     }
-    lost.reasons.push(
-        "no Python stacks to observe: the idle time is split by the counter rules' scores".into(),
-    );
+    lost.reasons.push(Reason::NoStacks);
 }

@@ -1,10 +1,9 @@
 //! The idle time the loop spent waiting for its loader, by what the workers' time went to.
 
 use super::{add, cpu_taken_by_others, note};
-use crate::analysis::network::job_namespace;
-use crate::analysis::text::{per_second, percent};
 use crate::analysis::{Cause, InputSource, Kind, LostTime, WindowFigures};
 use crate::config::Thresholds;
+use crate::snapshot::{Reader, Reason, RemoteSeen};
 
 /// Whether the node's storage shows load: half of any storage threshold.
 pub(super) fn storage_busy(w: &WindowFigures, t: &Thresholds) -> Option<bool> {
@@ -33,14 +32,9 @@ pub(super) fn split_loader(
         // The main thread fetches its own samples (num_workers=0): it computes or it waits.
         if w.busiest_thread.is_some_and(|b| b >= t.quiet_below) {
             add(lost, Cause::Kind(Kind::HostBound), share);
-            let reason = format!(
-                "the main thread loads its own data (no loader workers) in {} of the samples, computing",
-                percent(seen)
-            );
-            note(lost, seen, reason);
+            note(lost, seen, Reason::LoadsItsOwnData { seen });
         } else {
-            let who = "the main thread (no loader workers)";
-            add_input(lost, w, t, (share, seen), (1.0, 0.0), who);
+            add_input(lost, w, t, (share, seen), (1.0, 0.0), Reader::MainThread);
         }
         return;
     }
@@ -71,23 +65,22 @@ pub(super) fn split_loader(
     let contended = (computing + wait_cpu) * others;
     add(lost, Cause::Kind(Kind::DataCpu), share * decoding);
     add(lost, Cause::Kind(Kind::Contention), share * contended);
-    note(lost, seen, format!(
-        "the main thread waited for its loader in {} of the samples; its {:.0} workers computed {} ({} in system calls), waited for a CPU {}{}, were blocked {} and slept {} of the time",
-        percent(seen),
-        workers,
-        percent(computing),
-        percent(in_kernel),
-        percent(wait_cpu),
-        if others > 0.0 {
-            format!(" (others hold {} of their CPUs)", percent(others))
-        } else {
-            String::new()
+    note(
+        lost,
+        seen,
+        Reason::LoaderWait {
+            seen,
+            workers,
+            computing,
+            in_kernel,
+            waiting_for_cpu: wait_cpu,
+            others_hold: (others > 0.0).then_some(others),
+            blocked,
+            sleeping,
         },
-        percent(blocked),
-        percent(sleeping)
-    ));
+    );
     let waiting = (share * reading, seen);
-    add_input(lost, w, t, waiting, (blocked, sleeping), "the workers");
+    add_input(lost, w, t, waiting, (blocked, sleeping), Reader::Workers);
 }
 
 /// Idle time spent waiting for input (`share`, the loader wait `seen` in that share of the
@@ -102,56 +95,46 @@ fn add_input(
     t: &Thresholds,
     (share, seen): (f64, f64),
     (blocked, sleeping): (f64, f64),
-    who: &str,
+    reader: Reader,
 ) {
     if share <= 0.0 {
         return;
     }
     add(lost, Cause::Kind(Kind::DataIo), share);
     let local = blocked >= sleeping && storage_busy(w, t).unwrap_or(true);
-    lost.input = Some(if local {
-        InputSource::LocalStorage
+    let (source, remote) = if local {
+        (InputSource::LocalStorage, RemoteSeen::default())
     } else {
-        InputSource::Remote
-    });
+        (InputSource::Remote, remote_seen(w))
+    };
+    lost.input = Some(source);
     note(
         lost,
         seen,
-        format!(
-            "input read by {who} comes {}",
-            if local {
-                "from local storage (the node's disks are loaded)".to_string()
-            } else {
-                format!(
-                    "from a remote source: the node's disks are quiet (a socket, a network or FUSE filesystem, an object store){}",
-                    remote_detail(w)
-                )
-            }
-        ),
+        Reason::Input {
+            reader,
+            source,
+            remote,
+        },
     );
 }
 
 /// Where remote input comes from, as the network figures name it: the NFS mount read most
 /// (with its round trip), else the network or FUSE filesystems the job has mounted, and the
 /// job's ingress.
-fn remote_detail(w: &WindowFigures) -> String {
+fn remote_seen(w: &WindowFigures) -> RemoteSeen {
     if let Some(m) = w.mount.as_ref().filter(|m| m.requests_per_second >= 1.0) {
-        return format!(
-            "; NFS {} ({}) answers READs in {:.1} ms",
-            m.mount_point,
-            m.device,
-            1000.0 * m.read_rtt_seconds
-        );
+        return RemoteSeen {
+            nfs: Some((m.mount_point.clone(), m.device.clone(), m.read_rtt_seconds)),
+            ..RemoteSeen::default()
+        };
     }
-    let mut detail = String::new();
-    if !w.network_mounts.is_empty() {
-        detail += &format!(
-            "; the job has network or FUSE filesystems mounted: {}",
-            w.network_mounts.join(", ")
-        );
+    RemoteSeen {
+        nfs: None,
+        mounts: w.network_mounts.clone(),
+        ingress: w
+            .job_ingress
+            .filter(|i| *i > 0.0)
+            .map(|bytes| (w.job_interface.clone(), bytes)),
     }
-    if let Some(ingress) = w.job_ingress.filter(|i| *i > 0.0) {
-        detail += &format!("; {} received {}", job_namespace(w), per_second(ingress));
-    }
-    detail
 }

@@ -41,6 +41,7 @@ pub use busy::main_work_share;
 use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::ProcessStacks;
+use crate::snapshot::Reason;
 
 /// The split of one GPU's window; `None` while its busy fraction is unknown. `inferred` are
 /// the counter rules' scores, used where the stacks cannot decide.
@@ -109,7 +110,7 @@ fn observed_stacks<'a>(w: &'a WindowFigures, t: &Thresholds) -> Option<&'a Proce
 const NOTED: f64 = 0.1;
 
 /// Adds a reason about an activity seen in `seen` of the samples, if that is worth saying.
-fn note(lost: &mut LostTime, seen: f64, reason: String) {
+fn note(lost: &mut LostTime, seen: f64, reason: Reason) {
     if seen >= NOTED {
         lost.reasons.push(reason);
     }

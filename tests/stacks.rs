@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::TempDir;
 use gpu_bottleneck_exporter::config::StacksConfig;
 use gpu_bottleneck_exporter::snapshot::{
-    Activity, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, ProcessStacks, Snapshot,
+    Activity, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, PerActivity, ProcessStacks, Snapshot,
 };
 use gpu_bottleneck_exporter::source::stacks::StacksSource;
 use gpu_bottleneck_exporter::source::Source;
@@ -166,7 +166,7 @@ fn activity_shares_are_served_per_gpu_process() {
     snapshot.stacks = vec![ProcessStacks {
         pid: 4242,
         samples: 30,
-        shares: [0.1, 0.6, 0.0, 0.3, 0.0],
+        shares: PerActivity([0.1, 0.6, 0.0, 0.3, 0.0]),
         top_frames: vec![FrameShare {
             function: "EmulatedGPU.synchronize".into(),
             location: "/w/emugpu.py:174".into(),
@@ -174,7 +174,7 @@ fn activity_shares_are_served_per_gpu_process() {
             share: 0.6,
         }],
         recent_samples: 10,
-        recent_shares: [0.1, 0.6, 0.0, 0.3, 0.0],
+        recent_shares: PerActivity([0.1, 0.6, 0.0, 0.3, 0.0]),
     }];
     let page = common::check_goldens("stacks", &common::render_pinned(&snapshot));
     let share = |activity| {

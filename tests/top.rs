@@ -79,11 +79,12 @@ fn the_live_view_under_tmux_shows_every_gpu_and_answers_its_keys() {
     assert!(first.contains("idle"), "{pane}");
     // Enter opens the selected GPU's diagnosis, Esc goes back, q quits.
     tmux(&["send-keys", "-t", &session, "Down", "Enter"]);
-    let pane = pane_when(&session, |p| p.contains("diagnosis (Esc back)"));
-    assert!(
-        pane.contains("Next steps:") && pane.contains("Lost time:"),
-        "{pane}"
-    );
+    // Waits for the whole view: a capture can fall between two parts of one redraw.
+    let whole = |p: &str| {
+        p.contains("diagnosis (Esc back)") && p.contains("Next steps:") && p.contains("Lost time:")
+    };
+    let pane = pane_when(&session, whole);
+    assert!(whole(&pane), "{pane}");
     tmux(&["send-keys", "-t", &session, "Escape"]);
     pane_when(&session, |p| p.contains("EVIDENCE"));
     tmux(&["send-keys", "-t", &session, "q"]);

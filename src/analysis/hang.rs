@@ -23,12 +23,9 @@ pub type Stuck = Option<(f64, String)>;
 /// wait) and, where the driver reports it, no data crossing its PCIe link (a slow collective
 /// that moves gradients to the NIC is progress, however long it takes).
 pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
-    let collective = Activity::ALL
-        .iter()
-        .position(|a| *a == Activity::Collective)?;
     let held = now.stacks.as_ref().filter(|s| {
         s.recent_samples >= RECENT_SAMPLES_MIN
-            && s.recent_shares[collective] >= 1.0 - 1e-9
+            && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
             && now.busy.is_some_and(|b| b >= t.gpu_busy_above)
             && now
                 .pcie_bytes_per_second

@@ -3,7 +3,7 @@
 
 use super::gpu::pod_labels;
 use super::*;
-use crate::analysis::{Cause, GpuVerdict};
+use crate::analysis::GpuVerdict;
 use crate::snapshot::GpuSnapshot;
 
 pub(super) fn verdict_families(
@@ -46,7 +46,7 @@ pub(super) fn verdict_families(
             1.0,
         );
         if let Some(lost) = &verdict.lost {
-            for (cause, share) in Cause::ALL.iter().zip(lost.shares) {
+            for (cause, share) in lost.shares.iter() {
                 let labels = [
                     base[0],
                     base[1],
@@ -56,7 +56,7 @@ pub(super) fn verdict_families(
                     cause.name(),
                     lost.basis.name(),
                 ];
-                lost_time.add(&labels, share);
+                lost_time.add(&labels, *share);
             }
         }
     }

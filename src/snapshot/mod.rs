@@ -7,6 +7,7 @@
 mod figures;
 mod gpu;
 mod network;
+mod per;
 mod process;
 mod signal;
 mod verdict;
@@ -14,6 +15,7 @@ mod verdict;
 pub use figures::*;
 pub use gpu::*;
 pub use network::*;
+pub use per::*;
 pub use process::*;
 pub use signal::*;
 pub use verdict::*;

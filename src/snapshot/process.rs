@@ -2,7 +2,7 @@
 //! main thread waits (Python stacks), and the node's busiest processes outside the GPU
 //! process trees.
 
-use super::PressureSnapshot;
+use super::{PerActivity, PressureSnapshot};
 
 /// What the host says about one GPU process and the processes below it (data-loader workers).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -167,24 +167,21 @@ pub struct ProcessStacks {
     pub pid: u32,
     /// Samples in the window.
     pub samples: u32,
-    /// Share of the samples per activity, in [`Activity::ALL`] order.
-    pub shares: [f64; 5],
+    /// Share of the samples per activity.
+    pub shares: PerActivity<f64>,
     /// The innermost frames seen most, most first (at most five).
     pub top_frames: Vec<FrameShare>,
     /// Samples of the last few seconds (5 s).
     pub recent_samples: u32,
-    /// Their shares per activity, in [`Activity::ALL`] order: where the thread was lately, for
-    /// attributing each tick's time by what it saw.
-    pub recent_shares: [f64; 5],
+    /// Their shares per activity: where the thread was lately, for attributing each tick's
+    /// time by what it saw.
+    pub recent_shares: PerActivity<f64>,
 }
 
 impl ProcessStacks {
     /// The share of samples in `activity`.
     pub fn share(&self, activity: Activity) -> f64 {
-        self.shares[Activity::ALL
-            .iter()
-            .position(|a| *a == activity)
-            .unwrap_or(0)]
+        self.shares[activity]
     }
 }
 

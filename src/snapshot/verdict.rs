@@ -4,7 +4,7 @@
 //! and depends on no stage; `analysis` computes these values, `exposition` and `report` show
 //! them.
 
-use super::{Signal, WindowFigures};
+use super::{PerCause, Signal, WindowFigures};
 
 /// The bottleneck kinds of the taxonomy, in report order (what each means, its evidence and
 /// its rules: `analysis::kinds`, one file per kind; docs/verdicts.md).
@@ -166,10 +166,10 @@ pub struct LostTime {
     pub basis: Basis,
     /// Share of the window the GPU ran no work.
     pub idle: f64,
-    /// Share of the window's time per cause, in [`Cause::ALL`] order: idle time split by what
+    /// Share of the window's time per cause, idle time split by what
     /// the job was doing, plus busy time wasted (empty SMs, held-down clocks) or taken by other
     /// processes on the GPU.
-    pub shares: [f64; 9],
+    pub shares: PerCause<f64>,
     /// The part of communication's share that is busy time: the GPU spinning in collectives'
     /// kernels, whose empty SMs are theirs, not the job's kernels'.
     pub collective_busy: f64,
@@ -183,15 +183,12 @@ pub struct LostTime {
 impl LostTime {
     /// The share of the window lost to `cause`.
     pub fn share(&self, cause: Cause) -> f64 {
-        Cause::ALL
-            .iter()
-            .position(|c| *c == cause)
-            .map_or(0.0, |i| self.shares[i])
+        self.shares[cause]
     }
 
     /// Total share of the window lost.
     pub fn total(&self) -> f64 {
-        self.shares.iter().sum()
+        self.shares.total()
     }
 }
 

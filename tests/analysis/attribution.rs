@@ -5,14 +5,14 @@
 use crate::common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
-use gpu_bottleneck_exporter::snapshot::{Activity, ProcessStacks, Reason};
+use gpu_bottleneck_exporter::snapshot::{Activity, PerActivity, ProcessStacks, Reason};
 
 /// A main thread's stacks with the given shares (loader, sync, collective, python, other).
 fn seen(samples: u32, shares: [f64; 5]) -> Option<ProcessStacks> {
     let mut s = stacks(Activity::DataLoader, shares[0])?;
     s.samples = samples;
-    s.shares = shares;
-    s.recent_shares = shares;
+    s.shares = PerActivity(shares);
+    s.recent_shares = PerActivity(shares);
     Some(s)
 }
 
@@ -368,7 +368,7 @@ fn idle_time_spread_thin_below_the_floor_is_busy_not_undetermined() {
     });
     let lost = thin.lost.as_ref().unwrap();
     assert!((lost.idle - 0.12).abs() < 1e-9);
-    assert!(lost.shares.iter().all(|s| *s < 0.1), "{lost:?}");
+    assert!(lost.shares.iter().all(|(_, s)| *s < 0.1), "{lost:?}");
     assert_eq!(thin.primary, Primary::Busy, "{:?}", active(&thin));
     // Empty SMs below the kind's line (13 % of the time, random loop 100018) are how the
     // kernels run: still busy.

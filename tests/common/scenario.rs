@@ -4,14 +4,14 @@
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, GpuVerdict, Kind, Primary};
 use gpu_bottleneck_exporter::config::Thresholds;
-use gpu_bottleneck_exporter::snapshot::{Activity, FrameShare, ProcessStacks};
+use gpu_bottleneck_exporter::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks};
 
 /// A main thread seen `share` of its samples in `activity` (the rest in Python), most often at
 /// `train.py:57`.
 pub fn stacks(activity: Activity, share: f64) -> Option<ProcessStacks> {
-    let mut shares = [0.0; 5];
-    shares[Activity::ALL.iter().position(|a| *a == activity).unwrap()] += share;
-    shares[3] += 1.0 - share;
+    let mut shares = PerActivity::<f64>::default();
+    shares[activity] += share;
+    shares[Activity::Python] += 1.0 - share;
     Some(ProcessStacks {
         pid: 4242,
         samples: 60,

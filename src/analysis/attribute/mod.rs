@@ -41,7 +41,7 @@ pub use busy::main_work_share;
 use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::ProcessStacks;
-use crate::snapshot::Reason;
+use crate::snapshot::{PerCause, Reason};
 
 /// The split of one GPU's window; `None` while its busy fraction is unknown. `inferred` are
 /// the counter rules' scores, used where the stacks cannot decide.
@@ -73,10 +73,10 @@ pub fn average(ticks: &[&LostTime], window: LostTime) -> LostTime {
         return window;
     }
     let n = ticks.len() as f64;
-    let mut shares = [0.0; 9];
+    let mut shares = PerCause::<f64>::default();
     for tick in ticks {
-        for (sum, share) in shares.iter_mut().zip(tick.shares) {
-            *sum += share / n;
+        for (cause, share) in tick.shares.iter() {
+            shares[cause] += share / n;
         }
     }
     let observed = ticks.iter().filter(|t| t.basis == Basis::Observed).count();
@@ -118,9 +118,7 @@ fn note(lost: &mut LostTime, seen: f64, reason: Reason) {
 
 /// Charges `share` of the window to `cause`.
 fn add(lost: &mut LostTime, cause: Cause, share: f64) {
-    if let Some(i) = Cause::ALL.iter().position(|c| *c == cause) {
-        lost.shares[i] += share.max(0.0);
-    }
+    lost.shares[cause] += share.max(0.0);
 }
 
 /// The share of the job's CPU-side time that others take: none while the job's threads get a
@@ -146,9 +144,10 @@ fn cpu_taken_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
 mod tests {
     use super::*;
     use crate::analysis::{InputSource, Kind};
-    use crate::snapshot::FrameShare;
+    use crate::snapshot::{FrameShare, PerActivity};
 
     fn stacks(shares: [f64; 5]) -> Option<ProcessStacks> {
+        let shares = PerActivity(shares);
         Some(ProcessStacks {
             pid: 1,
             samples: 100,

@@ -13,7 +13,7 @@ use crate::snapshot::{
     Activity, BusySummary, CgroupContext, CpuRates, CpuSnapshot, CpuStat, CpuTimes, Culprits,
     DiskCounters, DiskRates, DiskSnapshot, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory,
     GpuProcess, GpuSnapshot, GpuUtilization, MemoryCounters, MemoryRates, MemorySnapshot,
-    NodeProcess, NvLinkState, PcieLink, PodRef, Pressure, PressureLine, PressureRates,
+    NodeProcess, NvLinkState, PcieLink, PerActivity, PodRef, Pressure, PressureLine, PressureRates,
     PressureSnapshot, ProcessContext, ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
 };
 
@@ -515,9 +515,11 @@ impl DemoSource {
                 "/workspace/model.py:142",
             ),
         };
-        let strongest = (0..shares.len())
-            .max_by(|a, b| shares[*a].total_cmp(&shares[*b]))
-            .unwrap_or(0);
+        let shares = PerActivity(shares);
+        let (strongest, share) = shares
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or((Activity::Other, 0.0), |(a, s)| (a, *s));
         ProcessStacks {
             pid,
             samples: 30,
@@ -527,8 +529,8 @@ impl DemoSource {
             top_frames: vec![FrameShare {
                 function: function.into(),
                 location: location.into(),
-                activity: Activity::ALL[strongest],
-                share: shares[strongest],
+                activity: strongest,
+                share,
             }],
         }
     }

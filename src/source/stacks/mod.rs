@@ -23,7 +23,7 @@ use py_spy::{Config as SpyConfig, PythonSpy};
 use self::classify::{classify, FrameRef};
 use super::{Source, SourceError};
 use crate::config::StacksConfig;
-use crate::snapshot::{Activity, FrameShare, ProcessStacks, Snapshot};
+use crate::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports for stacks refused for lack of
 /// privilege.
@@ -209,20 +209,16 @@ impl Sampler {
 const RECENT: Duration = Duration::from_secs(5);
 
 /// The activity shares of `samples` (time-weighted).
-fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> ([f64; 5], u32) {
-    let mut shares = [0.0; 5];
+fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> (PerActivity<f64>, u32) {
+    let mut shares = PerActivity::<f64>::default();
     let mut count = 0;
     for sample in samples {
-        let slot = Activity::ALL
-            .iter()
-            .position(|a| *a == sample.activity)
-            .unwrap_or(4);
-        shares[slot] += sample.weight;
+        shares[sample.activity] += sample.weight;
         count += 1;
     }
-    let total: f64 = shares.iter().sum();
+    let total: f64 = shares.0.iter().sum();
     if total > 0.0 {
-        shares.iter_mut().for_each(|s| *s /= total);
+        shares.0.iter_mut().for_each(|s| *s /= total);
     }
     (shares, count)
 }

@@ -15,19 +15,28 @@ use serde_json::Value;
 
 use super::fetch::{Source, REFRESH};
 use super::{lost_text, rows, verdict_text, Order, Row};
+use crate::snapshot::{Cause, Kind};
 
-/// Each cause's colour in the lost-time bar.
+/// Each cause's colour in the lost-time bar, by its label (the view reads the diagnosis
+/// JSON); an exhaustive match, so a new cause gets a colour or a compile error.
 fn colour(cause: &str) -> Color {
+    let Some(cause) = Cause::ALL.into_iter().find(|c| c.name() == cause) else {
+        return Color::DarkGray;
+    };
     match cause {
-        "data_io" => Color::Red,
-        "data_cpu" => Color::LightRed,
-        "host_bound" => Color::Yellow,
-        "sync_stall" => Color::Magenta,
-        "communication" => Color::Blue,
-        "contention" => Color::Cyan,
-        "kernel_efficiency" => Color::Green,
-        "throttling" => Color::LightYellow,
-        _ => Color::DarkGray,
+        Cause::Kind(kind) => match kind {
+            Kind::DataIo => Color::Red,
+            Kind::DataCpu => Color::LightRed,
+            Kind::HostBound => Color::Yellow,
+            Kind::SyncStall => Color::Magenta,
+            Kind::Communication => Color::Blue,
+            Kind::Contention => Color::Cyan,
+            Kind::KernelEfficiency => Color::Green,
+            Kind::Throttling => Color::LightYellow,
+            // Not causes of lost time: their cost is not measured.
+            Kind::MemoryPressure | Kind::Hardware => Color::DarkGray,
+        },
+        Cause::Unexplained => Color::DarkGray,
     }
 }
 

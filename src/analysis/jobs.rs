@@ -155,11 +155,17 @@ fn describe(pid: u32, command: &str, context: &ProcessContext) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::snapshot::CgroupContext;
 
-    fn process(pid: u32, ppid: u32, pod: &str, descendants: &[u32]) -> ProcessContext {
+    /// A process with its parent, pod and descendants.
+    pub(in crate::analysis) fn process(
+        pid: u32,
+        ppid: u32,
+        pod: &str,
+        descendants: &[u32],
+    ) -> ProcessContext {
         ProcessContext {
             pid,
             ppid,

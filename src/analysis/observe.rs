@@ -266,20 +266,8 @@ fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{CgroupContext, GpuProcess, GpuSnapshot};
-
-    fn process(pid: u32, ppid: u32, pod: &str, descendants: &[u32]) -> ProcessContext {
-        ProcessContext {
-            pid,
-            ppid,
-            descendants: descendants.to_vec(),
-            cgroup: Some(CgroupContext {
-                pod_uid: pod.into(),
-                ..CgroupContext::default()
-            }),
-            ..ProcessContext::default()
-        }
-    }
+    use crate::analysis::jobs::tests::process;
+    use crate::snapshot::{GpuProcess, GpuSnapshot};
 
     /// Two GPUs, each with one main process, as `observe` groups them: (job, ranks) per GPU.
     fn groups(contexts: Vec<ProcessContext>) -> Vec<(Option<String>, Option<String>)> {

@@ -5,7 +5,7 @@ use super::*;
 
 /// Verdict settings. Each rule's condition scores 0.5 exactly at its threshold and 0.3 at 60 %
 /// of the way, and 1.0 at twice the threshold (or at saturation, for a ratio bounded by 1);
-/// categorical facts score by their certainty (see `analysis::rules`); a kind turns active when its score stays at or
+/// categorical facts score by their certainty (see `analysis::score`); a kind turns active when its score stays at or
 /// above `enter_score` for `min_duration`, and inactive when it stays below `leave_score` as
 /// long, so bursty workloads do not flap.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

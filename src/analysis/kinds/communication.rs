@@ -32,11 +32,7 @@ pub(super) const SPEC: KindSpec = KindSpec {
 };
 
 fn premise(w: &WindowFigures) -> Premise {
-    Premise {
-        signal: Signal::MainThreadInCollective,
-        activity: Activity::Collective,
-        share: w.stack_share(Activity::Collective).unwrap_or(0.0),
-    }
+    Premise::seen(w, Signal::MainThreadInCollective, Activity::Collective)
 }
 
 fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {

@@ -28,11 +28,7 @@ pub(super) const SPEC: KindSpec = KindSpec {
 };
 
 fn premise(w: &WindowFigures) -> Premise {
-    Premise {
-        signal: Signal::MainThreadInPython,
-        activity: Activity::Python,
-        share: w.stack_share(Activity::Python).unwrap_or(0.0),
-    }
+    Premise::seen(w, Signal::MainThreadInPython, Activity::Python)
 }
 
 fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {

@@ -30,6 +30,17 @@ pub struct Premise {
     pub share: f64,
 }
 
+impl Premise {
+    /// The main thread in `activity`, as much as the window's stacks saw it there.
+    fn seen(w: &WindowFigures, signal: Signal, activity: Activity) -> Premise {
+        Premise {
+            signal,
+            activity,
+            share: w.stack_share(activity).unwrap_or(0.0),
+        }
+    }
+}
+
 /// Where a kind's cost lies in the GPU's time, and how the attribution judges it.
 #[derive(Debug, Clone, Copy)]
 pub enum Phase {
@@ -116,12 +127,7 @@ pub fn pipeline() -> impl Iterator<Item = Kind> {
 
 /// The premise shared by the loader-side kinds: the main thread waiting for its loader.
 fn waits_for_loader(w: &WindowFigures) -> Premise {
-    let share = w.stack_share(Activity::DataLoader).unwrap_or(0.0);
-    Premise {
-        signal: Signal::MainThreadWaitsForLoader,
-        activity: Activity::DataLoader,
-        share,
-    }
+    Premise::seen(w, Signal::MainThreadWaitsForLoader, Activity::DataLoader)
 }
 
 #[cfg(test)]

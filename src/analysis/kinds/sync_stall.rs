@@ -32,11 +32,7 @@ pub(super) const SPEC: KindSpec = KindSpec {
 };
 
 fn premise(w: &WindowFigures) -> Premise {
-    Premise {
-        signal: Signal::MainThreadInGpuSync,
-        activity: Activity::GpuSync,
-        share: w.stack_share(Activity::GpuSync).unwrap_or(0.0),
-    }
+    Premise::seen(w, Signal::MainThreadInGpuSync, Activity::GpuSync)
 }
 
 /// Steps shorter than NVML's 1/6 s sample leave no idle sample, so bursts (`idle_share`) are

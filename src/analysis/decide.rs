@@ -11,7 +11,7 @@ use super::{attribute, judge};
 use super::{Cause, GpuObservation, GpuVerdict, Kind, KindScore, KindVerdict, LostTime};
 use super::{Primary, WindowFigures};
 use crate::config::Thresholds;
-use crate::snapshot::Signal;
+use crate::snapshot::Role;
 
 /// What the analysis remembers of one GPU between ticks.
 #[derive(Debug, Default)]
@@ -102,19 +102,17 @@ pub fn decide(
 /// score. A straggler (a GPU behind the busiest of its job) straggles for a reason of its
 /// own when one is active: that reason is the verdict, the imbalance its consequence.
 fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
+    // A kind whose decisive evidence is only a consequence (the straggler's gap).
     let only_consequence = |k: &KindVerdict| {
         let score = k.scored.score.unwrap_or(0.0);
-        let strong: Vec<Signal> = k
+        let decisive: Vec<Role> = k
             .scored
             .evidence
             .iter()
             .filter(|e| e.strength >= score)
-            .map(|e| e.signal)
+            .map(|e| e.signal.role())
             .collect();
-        !strong.is_empty()
-            && strong
-                .iter()
-                .all(|s| s.role() == crate::snapshot::Role::Consequence)
+        !decisive.is_empty() && decisive.iter().all(|r| *r == Role::Consequence)
     };
     let first = |k: &KindVerdict| k.scored.kind.spec().first;
     let weight = |k: &KindVerdict| match k.cost {

@@ -9,7 +9,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step is timed; the table at the end shows where the time went.
+timings=()
+step_name=""
+step_started=$SECONDS
+end_step() {
+  if [ -n "$step_name" ]; then
+    timings+=("$(printf '%5d s  %s' $((SECONDS - step_started)) "$step_name")")
+  fi
+  step_name=""
+}
+step() {
+  end_step
+  step_name="$*"
+  step_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 
 missing=()
 command -v promtool >/dev/null || missing+=(prometheus)
@@ -46,6 +61,8 @@ python3 scripts/check_modules.py
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# The longest step from a fresh clone (every dependency compiled once); the test step after it
+# reuses this build.
 step "cargo build (the exporter and the fake NVML libraries the tests load)"
 cargo build --workspace
 
@@ -100,6 +117,9 @@ step "the real binary, on this host and on the demo node: /metrics through promt
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter --demo
 
+# Slow (about a minute per workload) because the loops really train for 25 s each: the one
+# end-to-end check that real Python processes, read through /proc, py-spy and the fake NVML,
+# get the verdicts their bottleneck should.
 step "workload suite, fast subset: Python training loops on the emulated GPU get their expected verdicts"
 python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
@@ -112,5 +132,8 @@ python3 workloads/run.py --random 3 --seed 2 --seconds 30 --min-agreement 0.6 --
 python3 workloads/run.py --random 100 --seed 1 --loops 0,1,40 --seconds 30 --min-agreement 0.6 --max-mae 0.1 \
   --exporter target/debug/gpu-bottleneck-exporter --nvml-library target/debug/libfake_nvml.so
 
+end_step
 echo
+printf '%s\n' "${timings[@]}"
+printf '%5d s  in all\n' "$SECONDS"
 echo "all checks passed"

@@ -16,6 +16,18 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Ends its tmux session (and the `top` in it) when dropped, a failed assertion included: a
+/// session left behind keeps a demo `top` running on the machine.
+struct Session(String);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .status();
+    }
+}
+
 /// The pane's text once `ready` holds (or after 30 s, for the assertion to show it).
 fn pane_when(session: &str, ready: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -51,6 +63,7 @@ fn the_live_view_under_tmux_shows_every_gpu_and_answers_its_keys() {
         .status()
         .unwrap();
     assert!(started.success());
+    let _session = Session(session.clone());
     // Once the latches settle (10 s of evidence), every case has its verdict on its row.
     let pane = pane_when(&session, |p| p.contains("data_io 1.00 observed"));
     assert!(pane.contains("SIMULATED NODE (--demo)"), "{pane}");

@@ -224,24 +224,26 @@ impl WindowFigures {
 }
 
 /// Mean of the values present; `None` if none is.
-fn mean<'a>(values: impl Iterator<Item = &'a Option<f64>>) -> Option<f64> {
+fn average(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     let (sum, n) = values
         .flatten()
         .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     (n > 0).then(|| sum / n as f64)
 }
 
+/// Mean of the values present.
+fn mean<'a>(values: impl Iterator<Item = &'a Option<f64>>) -> Option<f64> {
+    average(values.copied())
+}
+
 /// Mean of a count.
 fn mean_count<'a>(values: impl Iterator<Item = &'a Option<u32>>) -> Option<f64> {
-    mean(values.map(|v| v.map(f64::from)).collect::<Vec<_>>().iter())
+    average(values.map(|v| v.map(f64::from)))
 }
 
 /// Share of the ticks in which a flag was set, over the ticks where it is known.
 fn share<'a>(values: impl Iterator<Item = &'a Option<bool>>) -> Option<f64> {
-    let shares: Vec<Option<f64>> = values
-        .map(|v| v.map(|b| if b { 1.0 } else { 0.0 }))
-        .collect();
-    mean(shares.iter())
+    average(values.map(|v| v.map(|b| if b { 1.0 } else { 0.0 })))
 }
 
 /// Whether it held on every tick.
@@ -270,15 +272,8 @@ fn increase<'a>(values: impl Iterator<Item = &'a Option<u64>>) -> Option<u64> {
 fn mean_link<'a>(values: impl Iterator<Item = &'a Option<LinkLoad>>) -> Option<LinkLoad> {
     let links: Vec<&Option<LinkLoad>> = values.collect();
     let last = links.last().copied().cloned().flatten()?;
-    let over = |f: fn(&LinkLoad) -> Option<f64>| -> Option<f64> {
-        mean(
-            links
-                .iter()
-                .map(|l| l.as_ref().and_then(f))
-                .collect::<Vec<_>>()
-                .iter(),
-        )
-    };
+    let over =
+        |f: fn(&LinkLoad) -> Option<f64>| average(links.iter().map(|l| l.as_ref().and_then(f)));
     Some(LinkLoad {
         receive_utilization: over(|l| Some(l.receive_utilization)).unwrap_or(0.0),
         transmit_utilization: over(|l| Some(l.transmit_utilization)).unwrap_or(0.0),
@@ -291,10 +286,8 @@ fn mean_link<'a>(values: impl Iterator<Item = &'a Option<LinkLoad>>) -> Option<L
 fn mean_mount<'a>(values: impl Iterator<Item = &'a Option<MountLoad>>) -> Option<MountLoad> {
     let mounts: Vec<&Option<MountLoad>> = values.collect();
     let last = mounts.last().copied().cloned().flatten()?;
-    let over = |f: fn(&MountLoad) -> f64| -> f64 {
-        let values: Vec<Option<f64>> = mounts.iter().map(|m| m.as_ref().map(f)).collect();
-        mean(values.iter()).unwrap_or(0.0)
-    };
+    let over =
+        |f: fn(&MountLoad) -> f64| average(mounts.iter().map(|m| m.as_ref().map(f))).unwrap_or(0.0);
     Some(MountLoad {
         requests_per_second: over(|m| m.requests_per_second),
         read_rtt_seconds: over(|m| m.read_rtt_seconds),

@@ -11,6 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use gpu_bottleneck_exporter::config::{Config, ConfigDuration};
 use gpu_bottleneck_exporter::source::host::{cpu, disk, memory, pressure};
+use gpu_bottleneck_exporter::source::network::{mounts, nic};
 use gpu_bottleneck_exporter::source::process::{cgroup, procfs};
 use gpu_bottleneck_exporter::web::auth::credentials;
 use gpu_bottleneck_exporter::web::config_file::WebConfigFile;
@@ -145,10 +146,34 @@ fn host_parsers() {
     fuzz("pressure", &["some avg10=0.29 avg60=2.74 avg300=1.26 total=5069282\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=12\n"], |t| {
         let _ = pressure::parse_pressure(t);
     });
-    fuzz("meminfo+vmstat", &["MemTotal:       24576000 kB\nMemAvailable:   20000000 kB\nSwapTotal: 1024 kB\nSwapFree: 512 kB\nHugePages_Total: 0\n"], |t| {
-        let _ = memory::memory_counters(t, "pswpin 10\npswpout 20\n");
-        let _ = memory::memory_counters("MemTotal: 1 kB\nMemAvailable: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n", t);
+    let meminfo = include_str!("fixtures/busy-node/t0/proc/meminfo");
+    let vmstat = include_str!("fixtures/busy-node/t0/proc/vmstat");
+    fuzz("meminfo+vmstat", &[meminfo, vmstat], |t| {
+        let _ = memory::memory_counters(t, vmstat);
+        let _ = memory::memory_counters(meminfo, t);
     });
+}
+
+#[test]
+fn network_parsers() {
+    fuzz(
+        "net/dev",
+        &[include_str!("fixtures/network-node/t0/proc/net/dev")],
+        |t| {
+            let _ = nic::parse_net_dev(t);
+        },
+    );
+    fuzz(
+        "mountinfo and mountstats",
+        &[
+            include_str!("fixtures/network-node/t0/proc/4242/mountinfo"),
+            include_str!("fixtures/network-node/t0/proc/1/mountstats"),
+        ],
+        |t| {
+            let _ = mounts::parse_mountinfo(t);
+            let _ = mounts::parse_mountstats(t);
+        },
+    );
 }
 
 #[test]
@@ -162,9 +187,12 @@ fn process_and_cgroup_parsers() {
     });
     fuzz(
         "io and children",
-        &["rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n", "12 13 14 "],
+        &[
+            include_str!("fixtures/process-v2/t0/proc/1000/io"),
+            "12 13 14 ",
+        ],
         |t| {
-            let _ = procfs::parse_io_field(t, "write_bytes");
+            let _ = procfs::parse_io(t);
             let _ = procfs::parse_comm(t);
             let _ = procfs::parse_children(t);
         },

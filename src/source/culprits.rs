@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::host::cpu::USER_HZ;
 use super::process::cgroup::{identity, parse_proc_cgroup};
-use super::process::procfs::{parse_comm, parse_io_field, parse_stat};
+use super::process::procfs::{parse_comm, parse_io, parse_stat};
 use super::process::{read, ReadError};
 use super::{Source, SourceError};
 use crate::config::CulpritsConfig;
@@ -186,9 +186,9 @@ impl CulpritsSource {
                 });
             let io = if active {
                 match read(&dir.join("io")) {
-                    Ok(text) => parse_io_field(&text, "read_bytes")
+                    Ok(text) => parse_io(&text)
                         .ok()
-                        .zip(parse_io_field(&text, "write_bytes").ok()),
+                        .map(|io| (io.read_bytes, io.write_bytes)),
                     Err(ReadError::Denied) => {
                         self.io_denied = true;
                         None

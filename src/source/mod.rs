@@ -83,6 +83,51 @@ impl HostRoots {
     }
 }
 
+/// Parses the text of a /proc file with procfs-core (docs/development.md says which files it
+/// parses and why the others are parsed by hand).
+pub fn parse_with_procfs<T: procfs_core::FromRead>(text: &str) -> Result<T, String> {
+    T::from_read(text.as_bytes()).map_err(procfs_message)
+}
+
+/// [`parse_with_procfs`] for a file the kernel writes in ASCII (a process's io): the
+/// library cuts the `:` off each key by byte and panics when the key ends in a wider
+/// character, so anything else is refused first (the fuzz test found it).
+pub fn parse_ascii_with_procfs<T: procfs_core::FromRead>(text: &str) -> Result<T, String> {
+    if !text.is_ascii() {
+        return Err("not ASCII".to_string());
+    }
+    parse_with_procfs(text)
+}
+
+/// What was wrong with a file procfs-core refused. The library words every malformed file as
+/// "Internal error: bug at <its source path> (please report this procfs bug)"; the log says
+/// what was wrong instead.
+pub fn procfs_message(error: procfs_core::ProcError) -> String {
+    match error {
+        procfs_core::ProcError::InternalError(error) => {
+            // Nested errors repeat the prefix; the innermost part says what was wrong.
+            let what = error
+                .msg
+                .rsplit("Internal Unwrap Error: ")
+                .next()
+                .unwrap_or("");
+            if what.ends_with("NoneError") {
+                "a field is missing".to_string()
+            } else if let Some(value) = what.strip_suffix(": Failed to convert") {
+                format!("not a number: {value:?}")
+            } else if let Some(quoted) = what
+                .strip_prefix("Failed to parse ")
+                .and_then(|rest| Some(&rest[rest.find(" (")? + 2..rest.find(") as a ")?]))
+            {
+                format!("not a number: {quoted}")
+            } else {
+                what.to_string()
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Increase of a counter between two reads, or `None` if it went backwards (a reset, a
 /// re-attached device or a kernel that moved it back), so no negative rate is ever derived.
 pub fn counter_delta(previous: f64, current: f64) -> Option<f64> {

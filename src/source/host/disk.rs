@@ -3,52 +3,40 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::super::{elapsed_since, HostRoots, Previous, Source, SourceError};
+use procfs_core::DiskStat;
+
+use super::super::{elapsed_since, procfs_message, HostRoots, Previous, Source, SourceError};
 use crate::config::DiskConfig;
 use crate::snapshot::{DiskCounters, DiskRates, DiskSnapshot, Snapshot};
 
 /// /proc/diskstats counts sectors of 512 bytes whatever the device's real sector size.
 const SECTOR_BYTES: u64 = 512;
 
-/// Parses `/proc/diskstats`. Every line needs the device id, name and at least the 11
-/// classic counters (kernels since 4.18 add discard and flush columns, which are ignored).
+/// Parses `/proc/diskstats` a line at a time with procfs-core, so an error names its line.
+/// Every line needs the device id, name and the 11 classic counters (kernels since 4.18 add
+/// discard and flush columns, which are not read).
 pub fn parse_diskstats(text: &str) -> Result<Vec<DiskCounters>, String> {
     text.lines()
         .filter(|line| !line.trim().is_empty())
-        .map(|line| parse_line(line).map_err(|e| format!("{e} in line {line:?}")))
+        .map(|line| {
+            let disk = DiskStat::from_line(line)
+                .map_err(|e| format!("{} in line {line:?}", procfs_message(e)))?;
+            Ok(DiskCounters {
+                reads_completed: disk.reads,
+                reads_merged: disk.merged,
+                read_bytes: disk.sectors_read.saturating_mul(SECTOR_BYTES),
+                read_time_ms: disk.time_reading,
+                writes_completed: disk.writes,
+                writes_merged: disk.writes_merged,
+                written_bytes: disk.sectors_written.saturating_mul(SECTOR_BYTES),
+                write_time_ms: disk.time_writing,
+                in_flight: disk.in_progress,
+                io_time_ms: disk.time_in_progress,
+                weighted_io_time_ms: disk.weighted_time_in_progress,
+                name: disk.name,
+            })
+        })
         .collect()
-}
-
-fn parse_line(line: &str) -> Result<DiskCounters, String> {
-    let fields: Vec<&str> = line.split_ascii_whitespace().collect();
-    if fields.len() < 14 {
-        return Err(format!(
-            "expected at least 14 fields, found {}",
-            fields.len()
-        ));
-    }
-    let mut numbers = [0u64; 11];
-    for (slot, field) in numbers.iter_mut().zip(&fields[3..14]) {
-        *slot = field
-            .parse()
-            .map_err(|_| format!("not a number: {field:?}"))?;
-    }
-    let [reads, reads_merged, sectors_read, read_ms, writes, writes_merged, sectors_written, write_ms, in_flight, io_ms, weighted_ms] =
-        numbers;
-    Ok(DiskCounters {
-        name: fields[2].to_string(),
-        reads_completed: reads,
-        reads_merged,
-        read_bytes: sectors_read.saturating_mul(SECTOR_BYTES),
-        read_time_ms: read_ms,
-        writes_completed: writes,
-        writes_merged,
-        written_bytes: sectors_written.saturating_mul(SECTOR_BYTES),
-        write_time_ms: write_ms,
-        in_flight,
-        io_time_ms: io_ms,
-        weighted_io_time_ms: weighted_ms,
-    })
 }
 
 /// iostat -x figures between two reads `seconds` apart. `None` when any counter went

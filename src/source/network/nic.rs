@@ -1,36 +1,33 @@
 //! Network interfaces: counters from `/proc/<pid>/net/dev`, link speed and state from
 //! `/sys/class/net`.
 
+use procfs_core::net::InterfaceDeviceStatus;
+
 use crate::config::NetworkConfig;
 use crate::snapshot::{InterfaceCounters, LinkRates};
+use crate::source::parse_with_procfs;
 
-/// Parses a `net/dev` file: two header lines, then `name: 16 counters` per interface.
+/// Parses a `net/dev` file (procfs-core): two header lines, then `name: 16 counters` per
+/// interface; sorted by name (the library keys them in a map).
 pub fn parse_net_dev(text: &str) -> Result<Vec<InterfaceCounters>, String> {
-    text.lines()
-        .filter(|line| line.contains(':') && !line.contains('|'))
-        .map(|line| parse_line(line).map_err(|e| format!("{e} in line {line:?}")))
-        .collect()
-}
-
-fn parse_line(line: &str) -> Result<InterfaceCounters, String> {
-    // The name and the first counter may touch ("eth0:1234") on old kernels.
-    let (name, numbers) = line.split_once(':').ok_or("no ':' after the name")?;
-    let fields: Vec<u64> = numbers
-        .split_ascii_whitespace()
-        .map(|f| f.parse().map_err(|_| format!("not a number: {f:?}")))
-        .collect::<Result<_, _>>()?;
-    if fields.len() < 16 {
-        return Err(format!("expected 16 counters, found {}", fields.len()));
-    }
-    Ok(InterfaceCounters {
-        name: name.trim().to_string(),
-        receive_bytes: fields[0],
-        receive_errors: fields[2],
-        receive_drops: fields[3],
-        transmit_bytes: fields[8],
-        transmit_errors: fields[10],
-        transmit_drops: fields[11],
-    })
+    // Kernels before 3.9 let a long byte count touch the name ("eth0:123456789"); the
+    // library splits on blanks. No `:` appears anywhere else in the file.
+    let status: InterfaceDeviceStatus = parse_with_procfs(&text.replace(':', ": "))?;
+    let mut interfaces: Vec<InterfaceCounters> = status
+        .0
+        .into_values()
+        .map(|device| InterfaceCounters {
+            name: device.name,
+            receive_bytes: device.recv_bytes,
+            receive_errors: device.recv_errs,
+            receive_drops: device.recv_drop,
+            transmit_bytes: device.sent_bytes,
+            transmit_errors: device.sent_errs,
+            transmit_drops: device.sent_drop,
+        })
+        .collect();
+    interfaces.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(interfaces)
 }
 
 /// Bytes per second between two reads `seconds` apart; `None` when a counter went backwards
@@ -91,7 +88,7 @@ mod tests {
     fn parses_the_counters_it_needs() {
         let interfaces = parse_net_dev(NET_DEV).unwrap();
         assert_eq!(interfaces.len(), 2);
-        let eth0 = &interfaces[1];
+        let eth0 = &interfaces[0];
         assert_eq!(eth0.name, "eth0");
         assert_eq!(eth0.receive_bytes, 123456789);
         assert_eq!(eth0.receive_errors, 3);
@@ -104,10 +101,16 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_errors() {
-        for bad in ["eth0: 1 2 3", "eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 x"] {
-            assert!(parse_net_dev(bad).unwrap_err().contains("eth0"));
-        }
-        assert_eq!(parse_net_dev("").unwrap(), vec![]);
+        let header = NET_DEV.lines().take(2).collect::<Vec<_>>().join("\n");
+        let with = |line: &str| format!("{header}\n{line}\n");
+        assert_eq!(
+            parse_net_dev(&with("eth0: 1 2 3")).unwrap_err(),
+            "a field is missing"
+        );
+        let error =
+            parse_net_dev(&with("eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 x")).unwrap_err();
+        assert!(error.contains("\"x\""), "{error}");
+        assert_eq!(parse_net_dev(&header).unwrap(), vec![]);
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl ProcessSource {
 
     fn read_ticks(&mut self, pid: u32, stat: &Stat) -> Ticks {
         let read_bytes = match read(&self.proc_path(pid, "io")) {
-            Ok(text) => procfs::parse_io_field(&text, "read_bytes").ok(),
+            Ok(text) => procfs::parse_io(&text).ok().map(|io| io.read_bytes),
             Err(ReadError::Denied) => {
                 self.io_denied = true;
                 None

@@ -1,5 +1,9 @@
 //! Pure parsers of the per-process files under /proc/<pid>.
 
+pub use procfs_core::process::Io;
+
+use crate::source::parse_ascii_with_procfs;
+
 /// The fields of `/proc/<pid>/stat` (or `/proc/<pid>/task/<tid>/stat`) the exporter uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Stat {
@@ -127,16 +131,11 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
-/// Parses one field of `/proc/<pid>/io`: `read_bytes` (bytes the process caused to be fetched
-/// from storage, page-cache hits excluded) or `write_bytes` (bytes it caused to be sent to
-/// storage).
-pub fn parse_io_field(text: &str, field: &str) -> Result<u64, String> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .ok_or_else(|| format!("no {field}"))?
-        .trim()
-        .parse()
-        .map_err(|_| format!("{field} is not a number"))
+/// Parses `/proc/<pid>/io` (procfs-core). The exporter reads `read_bytes` (bytes the process
+/// caused to be fetched from storage, page-cache hits excluded) and `write_bytes` (bytes it
+/// caused to be sent to storage).
+pub fn parse_io(text: &str) -> Result<Io, String> {
+    parse_ascii_with_procfs(text)
 }
 
 /// The command name of a stat line: between the first `(` and the last `)`.
@@ -230,22 +229,16 @@ mod tests {
 
     #[test]
     fn io_and_children() {
+        let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 3\n";
+        let io = parse_io(io).unwrap();
+        assert_eq!((io.read_bytes, io.write_bytes), (4096, 8192));
         assert_eq!(
-            parse_io_field(
-                "rchar: 10\nread_bytes: 4096\nwrite_bytes: 0\n",
-                "read_bytes"
-            )
-            .unwrap(),
-            4096
+            parse_io("rchar: 10\nread_bytes: 4096\n").unwrap_err(),
+            "a field is missing"
         );
-        assert_eq!(
-            parse_io_field(
-                "read_bytes: 1\nwrite_bytes: 8192\ncancelled_write_bytes: 3\n",
-                "write_bytes"
-            ),
-            Ok(8192)
-        );
-        assert!(parse_io_field("rchar: 10\n", "read_bytes").is_err());
+        assert!(parse_io("rchar: x\n").unwrap_err().contains("\"x\""));
+        // Found by the fuzz test: the library panicked on a key ending in a wide character.
+        assert_eq!(parse_io("rchar∞ 1\n").unwrap_err(), "not ASCII");
         assert_eq!(parse_comm("812 (updatedb) S 1 812"), Some("updatedb"));
         assert_eq!(parse_comm("9 (a (b) c) R 1"), Some("a (b) c"));
         assert_eq!(parse_comm("9 nothing"), None);

@@ -117,7 +117,7 @@ pub fn procfs_message(error: procfs_core::ProcError) -> String {
                 format!("not a number: {value:?}")
             } else if let Some(quoted) = what
                 .strip_prefix("Failed to parse ")
-                .and_then(|rest| Some(&rest[rest.find(" (")? + 2..rest.find(") as a ")?]))
+                .and_then(|rest| rest.get(rest.find(" (")? + 2..rest.find(") as a ")?))
             {
                 format!("not a number: {quoted}")
             } else {

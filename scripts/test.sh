@@ -63,7 +63,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # The longest step from a fresh clone (every dependency compiled once); the test step after it
 # reuses this build.
-step "cargo build (the exporter and the fake NVML libraries the tests load)"
+step "cargo build (the exporter, and the fake NVML and stub CUDA libraries the tests load)"
 cargo build --workspace
 
 # Two checks that mostly wait on the clocks of a real Prometheus and Alertmanager (1 s scrapes

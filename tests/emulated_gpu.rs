@@ -64,11 +64,13 @@ fn the_exporter_sees_what_the_workload_did_on_the_emulated_gpu() {
             .is_some_and(|since| since.elapsed().as_secs_f64() > 1.2)
             && sm.is_some_and(|s| s > 0.0)
     });
-    // The context (512 MiB) and the allocation, exactly.
-    assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(8.5 * GIB));
+    // The context (512 MiB), the allocation and the 512-byte block of the scalar `item()`
+    // reads back, exactly.
+    let held = 8.5 * GIB + 512.0;
+    assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(held));
     assert_eq!(
         value(&page, "gpu_process_memory_used_bytes", &[("pid", &pid)]),
-        Some(8.5 * GIB)
+        Some(held)
     );
     // Busy half the time, a quarter of the SMs while busy: an eighth of SM activity (less the
     // wake-up latency of each synchronize and sleep).

@@ -8,51 +8,46 @@ Both offer the few things a training loop does to a GPU:
     gpu.item()                     # a scalar copied back to the host: a synchronize
     gpu.alloc(n) / gpu.free(n)     # device memory
 
-The emulated GPU books each kernel on a timeline file per GPU (the layout is documented in
-crates/fake-nvml/src/timeline.rs), which the fake libnvidia-ml.so.1 reads to answer the
-exporter: utilization samples, per-process utilization, GPM SM activity, memory and processes
-all follow what the workload's kernels did. Kernels of every process share one queue per GPU,
-as contexts time-share a real GPU without MPS.
+The emulated GPU is driven through the workspace's stub CUDA runtime and driver
+(crates/fake-cudart, crates/fake-cuda: libcudart.so.12 over libcuda.so.1, loaded with ctypes
+from EMUCUDA_DIR), as PyTorch drives a real one: a launch is `cudaLaunchKernel`, `item()` a
+`cudaMemcpyAsync` to the host and a `cudaStreamSynchronize`, and the thread waits inside the
+driver. The driver books each kernel on a timeline file per GPU (the layout is documented in
+crates/emu-timeline), which the fake libnvidia-ml.so.1 reads to answer the exporter:
+utilization samples, per-process utilization, GPM SM activity, memory and processes all follow
+what the workload's kernels did. Kernels of every process share one queue per GPU, as contexts
+time-share a real GPU without MPS.
 
 Waiting is CUDA's: "spin" (the default for a process with one context, cudaDeviceScheduleAuto
-when contexts <= cores) burns the waiting thread's CPU; "blocking"
-(cudaDeviceScheduleBlockingSync) sleeps. Launches block once 1024 kernels are queued, as
+when contexts <= cores) burns the waiting thread's CPU inside libcuda; "blocking"
+(cudaDeviceScheduleBlockingSync) sleeps there. Launches block once 1024 kernels are queued, as
 CUDA's launch queue does. Standard library only.
 """
 
-import collections
-import contextlib
-import fcntl
-import mmap
+import ctypes
+import glob
 import os
+import shutil
 import struct
 import time
 
-MAGIC = b"EMUGPU01"
-CAPACITY = 65536
-SLOTS = 64
+# The timeline file's layout (crates/emu-timeline), for the ground truth that reads it.
 HEADER = struct.Struct("<8sIIQQ")  # magic, capacity, slots, head, end of the device queue
 HEADER_BYTES = 64
 SLOT = struct.Struct("<IIQ")  # pid, 0, device memory held
 RECORD = struct.Struct("<QQIHHHHI")  # start, end, pid, sm, occupancy, tensor, dram (per mille), flags
 COLLECTIVE_KERNEL = 1  # flags: the kernel of a collective (ground truth; the driver ignores it)
-RING = HEADER_BYTES + SLOTS * SLOT.size
-FILE_BYTES = RING + CAPACITY * RECORD.size
 
-# What a CUDA context holds before the first tensor (cuBLAS workspace, module images).
-CONTEXT_BYTES = 512 << 20
-# CUDA's launch queue: a launch past this many pending kernels blocks.
-QUEUE_DEPTH = 1024
-# An H100 80GB's memory, as the fake NVML's default device reports it.
-DEFAULT_MEMORY = 85_899_345_920
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The stub libraries' cargo names, and the names a real node's processes map them under.
+LIBRARIES = {"libfake_cuda.so": "libcuda.so.1", "libfake_cudart.so": "libcudart.so.12"}
+MEMCPY_DEVICE_TO_HOST = 2
+SCHEDULE_BLOCKING_SYNC = 4
+ERROR_MEMORY_ALLOCATION = 2
 
 
 class OutOfMemory(MemoryError):
     """What torch raises as torch.cuda.OutOfMemoryError."""
-
-
-def _permille(share):
-    return max(0, min(1000, round(share * 1000)))
 
 
 class Peers:
@@ -63,62 +58,119 @@ class Peers:
         self.ends = context.Array("Q", ranks)  # when each rank's gradients are ready (ns)
 
 
-class EmulatedGPU:
-    """One GPU of the fake NVML, driven through its timeline file."""
+class _Cost(ctypes.Structure):
+    """The stub kernel's cost argument (crates/fake-cuda: KernelCost)."""
 
-    def __init__(self, index=0, sync="spin", directory=None, memory_total=None):
+    _fields_ = [
+        ("seconds", ctypes.c_double),
+        ("sm", ctypes.c_double),
+        ("occupancy", ctypes.c_double),
+        ("tensor", ctypes.c_double),
+        ("dram", ctypes.c_double),
+        ("flags", ctypes.c_uint32),
+        ("until_ns", ctypes.c_uint64),
+    ]
+
+
+class _Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+def install_libraries(build, directory):
+    """Copies the stub libraries of the cargo output `build` into `directory` under their real
+    names (copies, not links: /proc/<pid>/maps shows the file's own name), atomically, so that
+    processes starting together never load half a file."""
+    os.makedirs(directory, exist_ok=True)
+    for cargo_name, real_name in LIBRARIES.items():
+        target = os.path.join(directory, real_name)
+        if not os.path.exists(target):
+            partial = f"{target}.{os.getpid()}"
+            shutil.copyfile(os.path.join(build, cargo_name), partial)
+            os.replace(partial, target)
+    return directory
+
+
+def _libraries():
+    """The directory of libcuda.so.1 and libcudart.so.12: EMUCUDA_DIR, else the stubs of the
+    workspace's newest build copied beside the timelines."""
+    directory = os.environ.get("EMUCUDA_DIR")
+    if directory:
+        return directory
+    builds = glob.glob(os.path.join(HERE, "..", "target", "*", "libfake_cudart.so"))
+    if not builds:
+        raise RuntimeError("no stub CUDA libraries: cargo build --workspace first, or set EMUCUDA_DIR")
+    newest = os.path.dirname(max(builds, key=os.path.getmtime))
+    return install_libraries(newest, os.path.join(os.environ["EMUGPU_DIR"], "cuda"))
+
+
+_RUNTIME = None
+
+
+def _runtime():
+    """(libcudart, libcuda) of this process, loaded once: the driver first, under its SONAME,
+    where the runtime's dlopen("libcuda.so.1") finds it."""
+    global _RUNTIME
+    if _RUNTIME is None or _RUNTIME[2] != os.getpid():
+        directory = _libraries()
+        driver = ctypes.CDLL(os.path.join(directory, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
+        runtime = ctypes.CDLL(os.path.join(directory, "libcudart.so.12"))
+        runtime.cudaGetErrorString.restype = ctypes.c_char_p
+        runtime.cudaLaunchKernel.argtypes = [
+            ctypes.c_void_p,
+            _Dim3,
+            _Dim3,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
+        runtime.cudaMemcpyAsync.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_void_p,
+        ]
+        runtime.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        runtime.cudaFree.argtypes = [ctypes.c_void_p]
+        runtime.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+        _RUNTIME = (runtime, driver, os.getpid())
+    return _RUNTIME[0], _RUNTIME[1]
+
+
+class EmulatedGPU:
+    """One GPU of the fake NVML, driven through the stub CUDA runtime."""
+
+    def __init__(self, index=0, sync="spin"):
         if sync not in ("spin", "blocking"):
             raise ValueError(f"sync must be spin or blocking, not {sync!r}")
-        directory = directory or os.environ.get("EMUGPU_DIR")
-        if not directory:
+        if not os.environ.get("EMUGPU_DIR"):
             raise RuntimeError("EMUGPU_DIR names the directory of the emulated GPUs' timelines")
+        self.index = index
         self.sync_mode = sync
-        self.memory_total = memory_total or int(os.environ.get("EMUGPU_MEMORY_BYTES", DEFAULT_MEMORY))
-        self.path = os.path.join(directory, f"gpu{index}.timeline")
-        self.pid = os.getpid()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        self._pending = collections.deque()  # end times of this process's queued kernels
-        self._last_end = 0
-        with self._locked():
-            if os.fstat(self._fd).st_size < FILE_BYTES:
-                os.ftruncate(self._fd, FILE_BYTES)
-            self._map = mmap.mmap(self._fd, FILE_BYTES)
-            if self._map[:8] != MAGIC:
-                self._map[:HEADER.size] = HEADER.pack(MAGIC, CAPACITY, SLOTS, 0, 0)
-            self._slot = self._claim_slot()
-            self._set_memory(CONTEXT_BYTES)
+        self._cuda, self._driver = _runtime()
+        self._check(self._cuda.cudaSetDevice(index), "cudaSetDevice")
+        if sync == "blocking":
+            self._check(self._cuda.cudaSetDeviceFlags(SCHEDULE_BLOCKING_SYNC), "cudaSetDeviceFlags")
+        # The first allocation creates the context; this one holds the scalars read back.
+        self._scalar = self._malloc(512)
+        self._host = ctypes.create_string_buffer(8)
+        self._held = []  # (pointer, bytes) of the model's allocations
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(self._cuda.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)), "cudaMemGetInfo")
+        self.memory_total = total.value
+        self._one = _Dim3(1, 1, 1)
+        self._grid = _Dim3(132, 1, 1)
 
-    # -- the file ---------------------------------------------------------------------------
+    def _check(self, code, call):
+        if code:
+            if code == ERROR_MEMORY_ALLOCATION:
+                raise OutOfMemory(f"emulated GPU out of memory ({call})")
+            raise RuntimeError(f"{call}: {self._cuda.cudaGetErrorString(code).decode()} ({code})")
 
-    @contextlib.contextmanager
-    def _locked(self):
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def _claim_slot(self):
-        """A free process slot: unused, or left by a process that exited (its context is gone)."""
-        for slot in range(SLOTS):
-            pid, _, _ = SLOT.unpack_from(self._map, HEADER_BYTES + slot * SLOT.size)
-            if pid == 0 or pid == self.pid or not os.path.exists(f"/proc/{pid}"):
-                return slot
-        raise RuntimeError(f"{self.path}: more than {SLOTS} processes on one emulated GPU")
-
-    def _set_memory(self, held):
-        SLOT.pack_into(self._map, HEADER_BYTES + self._slot * SLOT.size, self.pid, 0, held)
-
-    def _held(self):
-        return SLOT.unpack_from(self._map, HEADER_BYTES + self._slot * SLOT.size)[2]
-
-    def _used_by_all(self):
-        total = 0
-        for slot in range(SLOTS):
-            pid, _, held = SLOT.unpack_from(self._map, HEADER_BYTES + slot * SLOT.size)
-            if pid and (pid == self.pid or os.path.exists(f"/proc/{pid}")):
-                total += held
-        return total
+    def _malloc(self, nbytes):
+        pointer = ctypes.c_void_p()
+        self._check(self._cuda.cudaMalloc(ctypes.byref(pointer), nbytes), "cudaMalloc")
+        return pointer
 
     # -- the interface ----------------------------------------------------------------------
 
@@ -128,38 +180,19 @@ class EmulatedGPU:
         self._launch(None, seconds, sm, occupancy, tensor, dram)
 
     def _launch(self, until_ns, seconds=0.0, sm=1.0, occupancy=None, tensor=0.0, dram=0.3, flags=0):
-        """Books a kernel that runs `seconds`, or until `until_ns` (a kernel that waits on the
-        GPU for something outside it, as a collective does)."""
-        if len(self._pending) >= QUEUE_DEPTH:
-            self._wait_until(self._pending[0])
-        now = time.monotonic_ns()
-        while self._pending and self._pending[0] <= now:
-            self._pending.popleft()
-        shares = (
-            _permille(sm),
-            _permille(sm * 0.5 if occupancy is None else occupancy),
-            _permille(tensor),
-            _permille(dram),
-        )
-        with self._locked():
-            _, _, _, head, queue_end = HEADER.unpack_from(self._map, 0)
-            start = max(now, queue_end)
-            end = start + max(1, int(seconds * 1e9)) if until_ns is None else max(start + 1, until_ns)
-            merged = False
-            if head > 0:
-                at = RING + ((head - 1) % CAPACITY) * RECORD.size
-                last = RECORD.unpack_from(self._map, at)
-                # Back-to-back identical kernels of one process are one record.
-                if last[1] == start and last[2] == self.pid and last[3:7] == shares and last[7] == flags:
-                    RECORD.pack_into(self._map, at, last[0], end, self.pid, *shares, flags)
-                    merged = True
-            if not merged:
-                at = RING + (head % CAPACITY) * RECORD.size
-                RECORD.pack_into(self._map, at, start, end, self.pid, *shares, flags)
-                head += 1
-            HEADER.pack_into(self._map, 0, MAGIC, CAPACITY, SLOTS, head, end)
-        self._pending.append(end)
-        self._last_end = end
+        """Launches a kernel that runs `seconds`, or until `until_ns` (a kernel that waits on
+        the GPU for something outside it, as a collective does)."""
+        occupancy = sm * 0.5 if occupancy is None else occupancy
+        cost = _Cost(seconds, sm, occupancy, tensor, dram, flags, until_ns or 0)
+        args = (ctypes.c_void_p * 1)(ctypes.addressof(cost))
+        self._check(self._cuda.cudaLaunchKernel(None, self._grid, self._one, args, 0, None), "cudaLaunchKernel")
+
+    @property
+    def _last_end(self):
+        """When this process's queued work ends (CLOCK_MONOTONIC ns), from the stub driver."""
+        end = ctypes.c_uint64()
+        self._check(self._driver.emuDeviceQueueEnd(self.index, ctypes.byref(end)), "emuDeviceQueueEnd")
+        return end.value
 
     def all_reduce(self, peers, rank, seconds=0.002):
         """A gradient all-reduce among the ranks of `peers`: each rank's gradients are ready
@@ -172,45 +205,38 @@ class EmulatedGPU:
 
     def synchronize(self):
         """Blocks until every kernel this process queued has run."""
-        self._wait_until(self._last_end)
-        self._pending.clear()
+        self._check(self._cuda.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
     def item(self):
-        """A scalar read back to the host (loss.item()): a tiny copy, then a synchronize."""
+        """A scalar read back to the host (loss.item()): ATen's copy to the host on the
+        current stream, then a sync of that stream."""
         self.launch(10e-6, sm=0.01, dram=0.01)
-        self.synchronize()
+        self._check(
+            self._cuda.cudaMemcpyAsync(self._host, self._scalar, 4, MEMCPY_DEVICE_TO_HOST, None), "cudaMemcpyAsync"
+        )
+        self._check(self._cuda.cudaStreamSynchronize(None), "cudaStreamSynchronize")
         return 0.0
 
     def alloc(self, nbytes):
         """Takes `nbytes` of device memory; raises OutOfMemory past the device's total."""
-        with self._locked():
-            if self._used_by_all() + nbytes > self.memory_total:
-                raise OutOfMemory(f"emulated GPU out of memory allocating {nbytes} bytes")
-            self._set_memory(self._held() + nbytes)
+        if nbytes > 0:
+            self._held.append((self._malloc(nbytes), nbytes))
 
     def free(self, nbytes):
-        with self._locked():
-            self._set_memory(max(CONTEXT_BYTES, self._held() - nbytes))
+        while nbytes > 0 and self._held:
+            pointer, size = self._held.pop()
+            self._check(self._cuda.cudaFree(pointer), "cudaFree")
+            nbytes -= size
 
     def memory_used(self):
         """Device memory in use by every process, as NVML reports it."""
-        with self._locked():
-            return self._used_by_all()
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(self._cuda.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)), "cudaMemGetInfo")
+        return total.value - free.value
 
     def close(self):
         """Destroys the context: the driver forgets the process and its memory."""
-        with self._locked():
-            SLOT.pack_into(self._map, HEADER_BYTES + self._slot * SLOT.size, 0, 0, 0)
-
-    def _wait_until(self, deadline_ns):
-        if self.sync_mode == "spin":
-            # CUDA's spin wait: the thread stays on its core, polling.
-            while time.monotonic_ns() < deadline_ns:
-                pass
-        else:
-            remaining = deadline_ns - time.monotonic_ns()
-            if remaining > 0:
-                time.sleep(remaining / 1e9)
+        self._check(self._cuda.cudaDeviceReset(), "cudaDeviceReset")
 
 
 class RealGPU:

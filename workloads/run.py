@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+import emugpu  # noqa: E402
 import random_loop  # noqa: E402
 import truth  # noqa: E402
 from loopback import free_port  # noqa: E402
@@ -211,6 +212,8 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None):
         with open(os.path.join(work, "scenario.yaml"), "w") as f:
             f.write(scenario(gpus, timelines))
         env["FAKE_NVML_SCENARIO"] = os.path.join(work, "scenario.yaml")
+        # The stub CUDA runtime and driver of the same build, under their real names.
+        env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(library), os.path.join(work, "cuda"))
     with open(os.path.join(work, "config.yaml"), "w") as f:
         f.write(config(port, library, args.window, args.min_duration))
     env["EMUGPU_DIR"] = timelines

@@ -1,6 +1,7 @@
-//! An emulated device's timeline: what a workload's kernels did on the GPU, as
-//! `workloads/emugpu.py` writes it, read back so that every activity call answers from what
-//! actually ran.
+//! An emulated device's timeline: what a workload's kernels did on the GPU. The stub CUDA
+//! driver (crates/fake-cuda) and the Python emulator (`workloads/emugpu.py`) write it through
+//! [`Device`]'s layout; the fake NVML reads it back ([`read`]) so that every activity call
+//! answers from what actually ran.
 //!
 //! The file (one per GPU, little-endian) is the contract between the two:
 //!
@@ -22,10 +23,19 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+mod device;
+
+pub use device::{Booked, Device, Length, Shares};
+
 const MAGIC: &[u8; 8] = b"EMUGPU01";
 const HEADER: u64 = 64;
 const SLOT: u64 = 16;
 const RECORD: u64 = 32;
+/// Records the ring holds and process slots, as every writer lays a new file out.
+const CAPACITY: u64 = 65536;
+const SLOTS: u64 = 64;
+/// `flags` of a collective's kernel (for the workload runner's ground truth; NVML ignores it).
+pub const COLLECTIVE_KERNEL: u32 = 1;
 /// Records read per backward step through the ring.
 const CHUNK: u64 = 1024;
 
@@ -41,6 +51,8 @@ pub struct Kernel {
     pub occupancy: f64,
     pub tensor: f64,
     pub dram: f64,
+    /// [`COLLECTIVE_KERNEL`] or 0.
+    pub flags: u32,
 }
 
 impl Kernel {
@@ -120,6 +132,7 @@ pub fn read(path: &Path, since_ns: u64) -> io::Result<Timeline> {
                 occupancy: permille(record, 22),
                 tensor: permille(record, 24),
                 dram: permille(record, 26),
+                flags: u32_at(record, 28),
             };
             if kernel.end_ns < since_ns {
                 break 'walk;
@@ -211,6 +224,7 @@ mod tests {
             occupancy: sm / 2.0,
             tensor: 0.0,
             dram: 0.25,
+            flags: 0,
         }
     }
 
@@ -279,6 +293,64 @@ mod tests {
         assert_eq!(t.kernels, kernels[8..].to_vec());
         let t = read(&path, 0).unwrap();
         assert_eq!(t.kernels, kernels[6..].to_vec());
+    }
+
+    #[test]
+    fn kernels_booked_by_two_processes_queue_one_after_another_and_read_back() {
+        let path = temp("booked");
+        let _ = std::fs::remove_file(&path);
+        let device = Device::open(&path).unwrap();
+        let full = Shares {
+            sm: 1.0,
+            occupancy: 0.5,
+            tensor: 0.0,
+            dram: 0.25,
+        };
+        let (slot, a, b, merged, spin) = device
+            .locked(|d| {
+                let slot = d.claim_slot(7, |_| true).unwrap();
+                d.set_held(slot, 1 << 30);
+                let a = d.book(7, 1_000, 0, Length::Nanos(500), full, 0);
+                // Another process's kernel waits for the queue, then 7's identical one merges.
+                let b = d.book(8, 1_200, 0, Length::Nanos(100), full, 0);
+                let merged = d.book(8, 1_300, 0, Length::Nanos(100), full, 0);
+                let spin = d.book(
+                    7,
+                    1_300,
+                    2_000,
+                    Length::Until(1_900),
+                    full,
+                    COLLECTIVE_KERNEL,
+                );
+                (slot, a, b, merged, spin)
+            })
+            .unwrap();
+        assert_eq!((a.start_ns, a.end_ns), (1_000, 1_500));
+        assert_eq!((b.start_ns, b.end_ns), (1_500, 1_600));
+        assert_eq!((merged.start_ns, merged.end_ns), (1_600, 1_700));
+        // Not before its stream's work (2,000), and `until` already past: one nanosecond.
+        assert_eq!((spin.start_ns, spin.end_ns), (2_000, 2_001));
+        let t = read(&path, 0).unwrap();
+        let runs: Vec<_> = t
+            .kernels
+            .iter()
+            .map(|k| (k.start_ns, k.end_ns, k.pid, k.flags))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (1_000, 1_500, 7, 0),
+                (1_500, 1_700, 8, 0),
+                (2_000, 2_001, 7, 1)
+            ]
+        );
+        assert_eq!(t.memory, [(7, 1 << 30)]);
+        // Slot 0 is 7's; a dead owner's slot is free again, a live one's is not.
+        assert_eq!(
+            device.locked(|d| d.claim_slot(9, |pid| pid != 7)).unwrap(),
+            Some(slot)
+        );
+        assert_eq!(device.locked(|d| d.used_by_all(|_| true)).unwrap(), 0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the GPU does: utilization, samples, memory in use, processes and GPM.
 
-use super::timeline::{self, Timeline};
 use super::*;
+use emu_timeline::{self as timeline, Timeline};
 
 const SECOND_NS: u64 = 1_000_000_000;
 

@@ -29,7 +29,6 @@ mod board;
 mod events;
 mod links;
 mod scenario;
-mod timeline;
 
 use activity::*;
 use events::*;

@@ -43,6 +43,9 @@ def arguments(description, argv=None, extra=()):
 # on CLOCK_MONOTONIC in ns, as the emulated GPU's timeline; what; CPU ns the thread used).
 TRUTH_RECORD = struct.Struct("<QQBQ")
 LOADER, SYNC, PYTHON, COLLECTIVE, READ, DECODE = 1, 2, 3, 4, 5, 6
+# The main thread waiting while the autograd engine's thread runs the backward pass (written by
+# the emulated torch with that thread's CPU time): the host's own work, as PYTHON is.
+BACKWARD = 7
 
 
 class Truth:
@@ -197,6 +200,23 @@ def hogs_to_starve(cpus, workers, busy, delivered=0.5):
     return max(1, round(cpus / (delivered * busy)) - workers)
 
 
+def images_for(loader, data, seconds, latency=0.02, blur=0.0):
+    """The images a loader of kind `loader` reads: "local" (large files read with O_DIRECT),
+    "remote" (a store answering after `latency`, up for `seconds` + 30), "decode" (large JPEGs,
+    blurred by `blur`), or "light" (small ones)."""
+    if loader == "local":
+        return Images(dataset(data, "io", 4000, 320, 240, quality=97), out=64, direct=True, chunk=16 << 10)
+    if loader == "remote":
+        import data_io_remote_store
+
+        files = dataset(data, "small", 2000, 96, 96)
+        port = data_io_remote_store.start_store(os.path.dirname(files[0]), seconds + 30, latency)
+        return data_io_remote_store.RemoteImages(port, len(files))
+    if loader == "decode":
+        return Images(dataset(data, "medium", 400, 512, 384), blur=blur)
+    return Images(dataset(data, "small", 2000, 96, 96))
+
+
 # -- the loader -------------------------------------------------------------------------------
 
 
@@ -312,6 +332,19 @@ def burn(seconds):
         for i in range(200):
             x += i * i
     return x
+
+
+def blocking_sync(index, real):
+    """cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) for device `index` before its context
+    exists: PyTorch has no switch for it, the CUDA runtime it loads does."""
+    if real:
+        emugpu._set_blocking_sync(index)
+        return
+    import ctypes
+
+    runtime = ctypes.CDLL("libcudart.so.12")  # already loaded by the emulated torch
+    if runtime.cudaSetDevice(index) or runtime.cudaSetDeviceFlags(4):
+        raise RuntimeError("could not set cudaDeviceScheduleBlockingSync")
 
 
 def model(gpu, share=0.3):

@@ -19,7 +19,6 @@ import time
 import common
 import contention_cpu_hogs
 import data_io_cron_storm
-import data_io_remote_store
 import emugpu
 
 # A loop of two ranks uses both; the runner gives each loop as many as it has ranks.
@@ -61,17 +60,7 @@ def draw(seed):
 
 def dataset(loop, data):
     """The images the loop reads, as its loader kind needs them."""
-    if loop["loader"] == "local":
-        files = common.dataset(data, "io", 4000, 320, 240, quality=97)
-        return common.Images(files, out=64, direct=True, chunk=16 << 10)
-    if loop["loader"] == "remote":
-        files = common.dataset(data, "small", 2000, 96, 96)
-        port = data_io_remote_store.start_store(os.path.dirname(files[0]), loop["seconds"] + 30, loop["latency"])
-        return data_io_remote_store.RemoteImages(port, len(files))
-    if loop["loader"] == "decode":
-        files = common.dataset(data, "medium", 400, 512, 384)
-        return common.Images(files, blur=loop["blur"])
-    return common.Images(common.dataset(data, "small", 2000, 96, 96))
+    return common.images_for(loop["loader"], data, loop["seconds"], loop["latency"], loop["blur"])
 
 
 def train(loop, args, rank=0, peers=None):

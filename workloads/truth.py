@@ -1,7 +1,9 @@
 """Ground truth by construction: where an emulated GPU's time went, from what the GPU did (its
 timeline file: every kernel with its process, SM share and whether it was a collective's) and
 what the workload's processes did (their truth files, common.Truth: the main thread's loader
-waits, syncs, Python and collectives; the workers' reads and decodes with their CPU time).
+waits, syncs, Python and collectives; the workers' reads and decodes with their CPU time; and
+for loops on the emulated torch, the syncs and backward passes its C side records where they
+happen, which no Python line names).
 
 The attribution follows the causes, not the exporter's arithmetic:
 
@@ -12,7 +14,8 @@ The attribution follows the causes, not the exporter's arithmetic:
   decoding, on a CPU or waiting for one → data_cpu, except the share of it the workload's CPU
   hogs take, hogs / (hogs + workers), all of them always runnable → contention); without
   workers the loop loads its own samples, which is Python; synchronizing → sync_stall; in a
-  collective → communication; Python → sync_stall if the GPU ran dry while the thread was
+  collective → communication; Python (or a backward pass, the engine thread's host work, the
+  main thread asleep meanwhile) → sync_stall if the GPU ran dry while the thread was
   synchronizing (the sync drained the queue), for as long as the thread was held in that sync
   while the GPU worked (without the sync the thread would have been that far ahead, the queue
   that full: the counterfactual), else host_bound (its time waiting for a CPU → contention
@@ -67,14 +70,19 @@ def main_pid(path):
 
 
 def records(directory):
-    """Truth records per process: pid -> (parent pid, [(start, end, what, cpu ns)])."""
+    """Truth records per process: pid -> (parent pid, [(start, end, what, cpu ns)]): the
+    loop's own (truth-<pid>-<ppid>.bin, common.Truth), then those the emulated torch's C side
+    wrote of its syncs and backward passes (native-<pid>-<ppid>.bin), which land inside the
+    loop's Python intervals and so come after them: a bin takes the last record covering it."""
     found = {}
-    for path in glob.glob(os.path.join(directory, "truth-*-*.bin")):
-        pid, ppid = (int(x) for x in os.path.basename(path)[6:-4].split("-"))
-        with open(path, "rb") as f:
-            data = f.read()
-        usable = len(data) - len(data) % common.TRUTH_RECORD.size
-        found[pid] = (ppid, list(common.TRUTH_RECORD.iter_unpack(data[:usable])))
+    for prefix in ("truth", "native"):
+        for path in sorted(glob.glob(os.path.join(directory, f"{prefix}-*-*.bin"))):
+            pid, ppid = (int(x) for x in os.path.basename(path)[len(prefix) + 1 : -4].split("-"))
+            with open(path, "rb") as f:
+                data = f.read()
+            usable = len(data) - len(data) % common.TRUTH_RECORD.size
+            entries = found.setdefault(pid, (ppid, []))[1]
+            entries.extend(common.TRUTH_RECORD.iter_unpack(data[:usable]))
     return found
 
 
@@ -105,7 +113,7 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
         waiting = 1.0 - min(1.0, cpu / max(1, end - start))
         for b in range(first, last):
             phase[b] = what
-            if what == common.PYTHON:
+            if what in (common.PYTHON, common.BACKWARD):
                 python_wait[b] = waiting
     loader = loader_causes(processes, main, start_ns, end_ns, hogs)
     # Bins the last sync held the thread while the GPU worked: the idle time after it that
@@ -116,7 +124,7 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
             sync_credit = sync_credit + 1 if phase[b] == common.SYNC else 0
             continue
         what, unit = phase[b], 1.0 / bins
-        own_work = what == common.PYTHON or (what == common.LOADER and loader is None)
+        own_work = what in (common.PYTHON, common.BACKWARD) or (what == common.LOADER and loader is None)
         drained_by_sync = sync_credit > 0 and own_work
         if drained_by_sync:
             sync_credit -= 1
@@ -131,9 +139,9 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
             shares["sync_stall"] += unit
         elif what == common.COLLECTIVE:
             shares["communication"] += unit
-        elif what == common.PYTHON and drained_by_sync:
+        elif what in (common.PYTHON, common.BACKWARD) and drained_by_sync:
             shares["sync_stall"] += unit
-        elif what == common.PYTHON:
+        elif what in (common.PYTHON, common.BACKWARD):
             waiting = python_wait.get(b, 0.0) if hogs else 0.0
             shares["contention"] += unit * waiting
             shares["host_bound"] += unit * (1.0 - waiting)

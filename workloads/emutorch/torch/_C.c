@@ -1,0 +1,718 @@
+/* torch._C of the emulated torch: the ATen stand-in, a CPython extension as PyTorch's own is.
+ *
+ * Its tensor methods are C, so a wait inside them leaves no Python frame that names it: py-spy
+ * sees the calling line of the job's code, as with real PyTorch. Each op calls the CUDA runtime
+ * (the workspace's stub libcudart.so.12, over the stub libcuda.so.1) the way ATen does:
+ *
+ *   item(), bool(t), float(t), int(t)   _local_scalar_dense: cudaMemcpyAsync to the host, then
+ *                                       cudaStreamSynchronize
+ *   t.to("cuda") / t.cuda()             cudaMemcpyAsync host to device; unless non_blocking,
+ *                                       cudaStreamSynchronize (ATen Copy.cu memcpy_and_sync)
+ *   t.cpu(), t.tolist()                 a copy to the host, then the stream's sync
+ *   t.nonzero(), t[mask]                a kernel, the count copied back, a sync
+ *   isnan, isinf, any, sum, >, +, ...   one small kernel, a new tensor, no wait
+ *   loss.backward()                     torch/autograd/graph.py calls _run_backward: the
+ *                                       engine's device thread pt_autograd_0 launches the
+ *                                       backward kernels (running the hook the model gave, with
+ *                                       the GIL, on that thread) while the calling thread sleeps
+ *                                       on a condition variable with the GIL released
+ *
+ * Ground truth (a record per wait, workloads/truth.py): with EMUGPU_DIR set, every sync and
+ * every backward is appended to EMUGPU_DIR/native-<pid>-<ppid>.bin as common.TRUTH_RECORD
+ * (<QQBQ: start ns, end ns, what, CPU ns of the thread that did the work).
+ *
+ * Tensors hold no values: device memory is the stub driver's, reads come back as zeros.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The stub kernel's cost argument (crates/fake-cuda KernelCost). */
+typedef struct {
+    double seconds, sm, occupancy, tensor, dram;
+    uint32_t flags;
+    uint64_t until_ns;
+} KernelCost;
+
+typedef struct {
+    unsigned x, y, z;
+} Dim3;
+
+enum { TO_DEVICE = 1, TO_HOST = 2 };
+/* common.py's truth codes */
+enum { TRUTH_SYNC = 2, TRUTH_BACKWARD = 7 };
+
+static struct {
+    int (*launch)(const void *, Dim3, Dim3, void **, size_t, void *);
+    int (*memcpy_async)(void *, const void *, size_t, int, void *);
+    int (*stream_synchronize)(void *);
+    int (*device_synchronize)(void);
+    int (*malloc_)(void **, size_t);
+    int (*free_)(void *);
+    int (*host_alloc)(void **, size_t, unsigned);
+    int (*free_host)(void *);
+    int (*set_device)(int);
+    int (*set_device_flags)(unsigned);
+    const char *(*error_string)(int);
+    int (*queue_end)(int, uint64_t *);
+} cuda;
+static int device_index = 0;
+
+static uint64_t clock_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* -- ground truth --------------------------------------------------------------------------- */
+
+static int truth_fd = -1;
+static pid_t truth_pid = 0;
+static pthread_mutex_t truth_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void truth(uint64_t start, uint64_t end, uint8_t what, uint64_t cpu) {
+    pthread_mutex_lock(&truth_lock);
+    if (truth_pid != getpid()) {
+        /* A forked child writes its own file. */
+        const char *directory = getenv("EMUGPU_DIR");
+        truth_pid = getpid();
+        truth_fd = -1;
+        if (directory) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/native-%d-%d.bin", directory, (int)getpid(), (int)getppid());
+            truth_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        }
+    }
+    if (truth_fd >= 0) {
+        unsigned char record[25];
+        memcpy(record, &start, 8);
+        memcpy(record + 8, &end, 8);
+        record[16] = what;
+        memcpy(record + 17, &cpu, 8);
+        if (write(truth_fd, record, sizeof record) != (ssize_t)sizeof record) {
+            /* A full disk loses truth, not the loop. */
+        }
+    }
+    pthread_mutex_unlock(&truth_lock);
+}
+
+/* -- CUDA calls ----------------------------------------------------------------------------- */
+
+static int check(int code, const char *call) {
+    if (code == 0)
+        return 0;
+    if (code == 2)
+        PyErr_Format(PyExc_MemoryError, "CUDA out of memory (%s)", call);
+    else
+        PyErr_Format(PyExc_RuntimeError, "CUDA error: %s (%s, code %d)", cuda.error_string(code), call, code);
+    return -1;
+}
+
+static int launch_kernel(KernelCost cost) {
+    void *args[1] = {&cost};
+    Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
+    return check(cuda.launch(NULL, grid, block, args, 0, NULL), "cudaLaunchKernel");
+}
+
+static KernelCost tiny_kernel(void) {
+    KernelCost cost = {5e-6, 0.02, 0.01, 0.0, 0.02, 0, 0};
+    return cost;
+}
+
+/* A copy (or none: src NULL) then, when `wait`, a sync of the current stream (or of the whole
+ * device), all without the GIL (other Python threads run, as with real PyTorch); a wait is
+ * recorded as ground truth, the copy's own wait included (a copy into pageable host memory
+ * returns only once it is done). */
+static int copy_and_sync(void *dst, const void *src, size_t nbytes, int kind, int wait, int whole_device) {
+    uint64_t start = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    int copied = 0, synced = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (src)
+        copied = cuda.memcpy_async(dst, src, nbytes, kind, NULL);
+    if (!copied && wait)
+        synced = whole_device ? cuda.device_synchronize() : cuda.stream_synchronize(NULL);
+    Py_END_ALLOW_THREADS
+    if (wait || kind == TO_HOST)
+        truth(start, clock_ns(CLOCK_MONOTONIC), TRUTH_SYNC, clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu);
+    return check(copied, "cudaMemcpyAsync") ||
+           check(synced, whole_device ? "cudaDeviceSynchronize" : "cudaStreamSynchronize");
+}
+
+/* -- the tensor ----------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    int device;    /* -1: on the host */
+    size_t nbytes; /* of its storage */
+    void *data;    /* device pointer, or host memory (pinned or malloc'd) */
+    int pinned;
+    /* The backward pass a forward recorded on its output (0 kernels: no grad_fn). */
+    int backward_kernels;
+    KernelCost backward_cost;
+    PyObject *backward_hook; /* called on the engine's thread before each backward kernel */
+} Tensor;
+
+static PyTypeObject TensorType;
+/* The type of the tensors ops create: torch.Tensor, the Python subclass (set by the package). */
+static PyTypeObject *tensor_class = &TensorType;
+
+static Tensor *new_tensor(PyTypeObject *type, int device, size_t nbytes, int pinned) {
+    Tensor *t = (Tensor *)type->tp_alloc(type, 0);
+    if (!t)
+        return NULL;
+    t->device = device;
+    t->nbytes = nbytes ? nbytes : 4;
+    if (device >= 0) {
+        if (check(cuda.malloc_(&t->data, t->nbytes), "cudaMalloc")) {
+            t->data = NULL;
+            Py_DECREF(t);
+            return NULL;
+        }
+    } else if (pinned) {
+        if (check(cuda.host_alloc(&t->data, t->nbytes, 0), "cudaHostAlloc")) {
+            t->data = NULL;
+            Py_DECREF(t);
+            return NULL;
+        }
+        t->pinned = 1;
+    } else {
+        t->data = calloc(1, t->nbytes);
+        if (!t->data) {
+            Py_DECREF(t);
+            return (Tensor *)PyErr_NoMemory();
+        }
+    }
+    return t;
+}
+
+static void tensor_dealloc(Tensor *t) {
+    if (t->data) {
+        if (t->device >= 0)
+            cuda.free_(t->data);
+        else if (t->pinned)
+            cuda.free_host(t->data);
+        else
+            free(t->data);
+    }
+    Py_XDECREF(t->backward_hook);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* Tensor(nbytes=4, pin_memory=False): a host tensor. */
+static PyObject *tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"nbytes", "pin_memory", NULL};
+    Py_ssize_t nbytes = 4;
+    int pinned = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|np", names, &nbytes, &pinned))
+        return NULL;
+    return (PyObject *)new_tensor(type, -1, (size_t)nbytes, pinned);
+}
+
+/* A device spelled "cuda", "cuda:N", "cpu", an int, or an object whose str() is one. */
+static int parse_device(PyObject *spec, int *device) {
+    if (PyLong_Check(spec)) {
+        *device = (int)PyLong_AsLong(spec);
+        return 0;
+    }
+    PyObject *text = PyObject_Str(spec);
+    if (!text)
+        return -1;
+    const char *s = PyUnicode_AsUTF8(text);
+    int ok = 0;
+    if (s && strcmp(s, "cpu") == 0)
+        *device = -1;
+    else if (s && strcmp(s, "cuda") == 0)
+        *device = device_index;
+    else if (s && strncmp(s, "cuda:", 5) == 0)
+        *device = atoi(s + 5);
+    else
+        ok = -1;
+    Py_DECREF(text);
+    if (ok)
+        PyErr_Format(PyExc_RuntimeError, "Expected one of cpu, cuda device type at start of device string");
+    return ok;
+}
+
+/* Copies (at most 8 bytes of) the tensor to the host and waits: what every read of a CUDA
+ * tensor's value does (a scalar, a count, the head of a list: the rest are zeros anyway). */
+static int read_back(Tensor *t) {
+    char host[8];
+    return copy_and_sync(host, t->data, t->nbytes < sizeof host ? t->nbytes : sizeof host, TO_HOST, 1, 0);
+}
+
+static Tensor *copy_to(Tensor *t, int device, int non_blocking) {
+    if (device == t->device)
+        return (Tensor *)Py_NewRef(t);
+    Tensor *out = new_tensor(Py_TYPE(t), device, t->nbytes, 0);
+    if (!out)
+        return NULL;
+    int kind = device >= 0 ? TO_DEVICE : TO_HOST;
+    if (copy_and_sync(out->data, t->data, t->nbytes, kind, !non_blocking || kind == TO_HOST, 0)) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *tensor_to(Tensor *t, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"device", "non_blocking", NULL};
+    PyObject *spec = NULL;
+    int non_blocking = 0, device;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|p", names, &spec, &non_blocking) || parse_device(spec, &device))
+        return NULL;
+    return (PyObject *)copy_to(t, device, non_blocking);
+}
+
+static PyObject *tensor_cuda(Tensor *t, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"non_blocking", NULL};
+    int non_blocking = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p", names, &non_blocking))
+        return NULL;
+    return (PyObject *)copy_to(t, device_index, non_blocking);
+}
+
+static PyObject *tensor_cpu(Tensor *t, PyObject *unused) {
+    return (PyObject *)copy_to(t, -1, 0);
+}
+
+static PyObject *tensor_pin_memory(Tensor *t, PyObject *unused) {
+    if (t->device >= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned");
+        return NULL;
+    }
+    Tensor *out = new_tensor(Py_TYPE(t), -1, t->nbytes, 1);
+    if (out)
+        memcpy(out->data, t->data, t->nbytes);
+    return (PyObject *)out;
+}
+
+/* The scalar of a one-element tensor: a read back on CUDA, a load on the host. */
+static int scalar(Tensor *t) {
+    return t->device >= 0 ? read_back(t) : 0;
+}
+
+static PyObject *tensor_item(Tensor *t, PyObject *unused) {
+    return scalar(t) ? NULL : PyFloat_FromDouble(0.0);
+}
+
+static PyObject *tensor_tolist(Tensor *t, PyObject *unused) {
+    if (t->device >= 0 && read_back(t))
+        return NULL;
+    return PyList_New(0);
+}
+
+static int tensor_bool(Tensor *t) {
+    return scalar(t) ? -1 : 0;
+}
+
+static PyObject *tensor_float(Tensor *t) {
+    return scalar(t) ? NULL : PyFloat_FromDouble(0.0);
+}
+
+static PyObject *tensor_int(Tensor *t) {
+    return scalar(t) ? NULL : PyLong_FromLong(0);
+}
+
+/* An elementwise op or a reduction: a small kernel on CUDA, a new tensor. */
+static PyObject *elementwise(Tensor *t, size_t nbytes) {
+    if (t->device >= 0 && launch_kernel(tiny_kernel()))
+        return NULL;
+    return (PyObject *)new_tensor(Py_TYPE(t), t->device, nbytes ? nbytes : t->nbytes, 0);
+}
+
+static PyObject *tensor_same(PyObject *self, PyObject *unused) {
+    return elementwise((Tensor *)self, 0);
+}
+
+static PyObject *tensor_reduce(PyObject *self, PyObject *unused) {
+    return elementwise((Tensor *)self, 4);
+}
+
+static PyObject *tensor_binary(PyObject *a, PyObject *b) {
+    PyObject *self = PyObject_TypeCheck(a, &TensorType) ? a : b;
+    return elementwise((Tensor *)self, 0);
+}
+
+static PyObject *tensor_compare(PyObject *a, PyObject *b, int op) {
+    return tensor_binary(a, b);
+}
+
+/* nonzero and boolean-mask indexing: the output's size is known only once the count is back
+ * on the host, so both sync. */
+static PyObject *tensor_nonzero(Tensor *t, PyObject *unused) {
+    if (t->device >= 0 && (launch_kernel(tiny_kernel()) || read_back(t)))
+        return NULL;
+    return (PyObject *)new_tensor(Py_TYPE(t), t->device, t->nbytes, 0);
+}
+
+static PyObject *tensor_getitem(Tensor *t, PyObject *index) {
+    if (PyObject_TypeCheck(index, &TensorType))
+        return tensor_nonzero(t, NULL);
+    return elementwise(t, 0);
+}
+
+static PyObject *get_device(Tensor *t, void *unused) {
+    if (t->device < 0)
+        return PyUnicode_FromString("cpu");
+    return PyUnicode_FromFormat("cuda:%d", t->device);
+}
+
+static PyObject *get_is_cuda(Tensor *t, void *unused) {
+    return PyBool_FromLong(t->device >= 0);
+}
+
+static PyObject *get_nbytes(Tensor *t, void *unused) {
+    return PyLong_FromSize_t(t->nbytes);
+}
+
+static PyObject *get_requires_grad(Tensor *t, void *unused) {
+    return PyBool_FromLong(t->backward_kernels > 0);
+}
+
+static PyMethodDef tensor_methods[] = {
+    {"to", (PyCFunction)(void (*)(void))tensor_to, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"cuda", (PyCFunction)(void (*)(void))tensor_cuda, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"cpu", (PyCFunction)tensor_cpu, METH_NOARGS, NULL},
+    {"pin_memory", (PyCFunction)tensor_pin_memory, METH_NOARGS, NULL},
+    {"item", (PyCFunction)tensor_item, METH_NOARGS, NULL},
+    {"tolist", (PyCFunction)tensor_tolist, METH_NOARGS, NULL},
+    {"nonzero", (PyCFunction)tensor_nonzero, METH_NOARGS, NULL},
+    {"isnan", tensor_same, METH_NOARGS, NULL},
+    {"isinf", tensor_same, METH_NOARGS, NULL},
+    {"detach", tensor_same, METH_NOARGS, NULL},
+    {"clone", tensor_same, METH_NOARGS, NULL},
+    {"float", tensor_same, METH_NOARGS, NULL},
+    {"any", tensor_reduce, METH_NOARGS, NULL},
+    {"all", tensor_reduce, METH_NOARGS, NULL},
+    {"sum", tensor_reduce, METH_NOARGS, NULL},
+    {"mean", tensor_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyGetSetDef tensor_getset[] = {
+    {"device", (getter)get_device, NULL, NULL, NULL},
+    {"is_cuda", (getter)get_is_cuda, NULL, NULL, NULL},
+    {"nbytes", (getter)get_nbytes, NULL, NULL, NULL},
+    {"requires_grad", (getter)get_requires_grad, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyNumberMethods tensor_number = {
+    .nb_add = tensor_binary,
+    .nb_subtract = tensor_binary,
+    .nb_multiply = tensor_binary,
+    .nb_true_divide = tensor_binary,
+    .nb_bool = (inquiry)tensor_bool,
+    .nb_float = (unaryfunc)tensor_float,
+    .nb_int = (unaryfunc)tensor_int,
+};
+
+static PyMappingMethods tensor_mapping = {
+    .mp_subscript = (binaryfunc)tensor_getitem,
+};
+
+static PyTypeObject TensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "torch._C.TensorBase",
+    .tp_basicsize = sizeof(Tensor),
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = tensor_new,
+    .tp_methods = tensor_methods,
+    .tp_getset = tensor_getset,
+    .tp_as_number = &tensor_number,
+    .tp_as_mapping = &tensor_mapping,
+    .tp_richcompare = tensor_compare,
+};
+
+/* -- the autograd engine's device thread ---------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int started, pending, done;
+    Tensor *job;
+    int failed;
+    uint64_t cpu_ns;
+} engine = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void *engine_thread(void *unused) {
+    pthread_setname_np(pthread_self(), "pt_autograd_0");
+    cuda.set_device(device_index);
+    for (;;) {
+        pthread_mutex_lock(&engine.lock);
+        while (!engine.pending)
+            pthread_cond_wait(&engine.changed, &engine.lock);
+        Tensor *job = engine.job;
+        pthread_mutex_unlock(&engine.lock);
+
+        uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        int failed = 0;
+        for (int k = 0; k < job->backward_kernels && !failed; k++) {
+            if (job->backward_hook) {
+                /* The model's Python for this node (a hook, a custom Function's backward),
+                 * on this thread, as the engine runs it. */
+                PyGILState_STATE gil = PyGILState_Ensure();
+                PyObject *result = PyObject_CallNoArgs(job->backward_hook);
+                if (!result) {
+                    PyErr_Print();
+                    failed = 1;
+                }
+                Py_XDECREF(result);
+                PyGILState_Release(gil);
+            }
+            void *args[1] = {&job->backward_cost};
+            Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
+            failed = failed || cuda.launch(NULL, grid, block, args, 0, NULL) != 0;
+        }
+        pthread_mutex_lock(&engine.lock);
+        engine.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+        engine.failed = failed;
+        engine.pending = 0;
+        engine.done = 1;
+        pthread_cond_broadcast(&engine.changed);
+        pthread_mutex_unlock(&engine.lock);
+    }
+    return NULL;
+}
+
+/* _run_backward(loss): the engine runs loss's backward pass; the caller sleeps until it is done. */
+static PyObject *run_backward(PyObject *module, PyObject *arg) {
+    if (!PyObject_TypeCheck(arg, &TensorType)) {
+        PyErr_SetString(PyExc_TypeError, "backward of a non-tensor");
+        return NULL;
+    }
+    Tensor *loss = (Tensor *)arg;
+    if (loss->backward_kernels == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "element 0 of tensors does not require grad and does not have a grad_fn");
+        return NULL;
+    }
+    uint64_t start = clock_ns(CLOCK_MONOTONIC);
+    Py_INCREF(loss);
+    pthread_mutex_lock(&engine.lock);
+    if (!engine.started) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, engine_thread, NULL) != 0) {
+            pthread_mutex_unlock(&engine.lock);
+            Py_DECREF(loss);
+            return PyErr_Format(PyExc_RuntimeError, "could not start the autograd engine's thread");
+        }
+        pthread_detach(thread);
+        engine.started = 1;
+    }
+    engine.job = loss;
+    engine.done = 0;
+    engine.pending = 1;
+    pthread_cond_broadcast(&engine.changed);
+    Py_BEGIN_ALLOW_THREADS
+    while (!engine.done)
+        pthread_cond_wait(&engine.changed, &engine.lock);
+    Py_END_ALLOW_THREADS
+    int failed = engine.failed;
+    uint64_t cpu = engine.cpu_ns;
+    pthread_mutex_unlock(&engine.lock);
+    Py_DECREF(loss);
+    truth(start, clock_ns(CLOCK_MONOTONIC), TRUTH_BACKWARD, cpu);
+    if (failed)
+        return PyErr_Format(PyExc_RuntimeError, "the backward pass failed on the engine's thread");
+    Py_RETURN_NONE;
+}
+
+/* -- module functions ----------------------------------------------------------------------- */
+
+static int resolve(void *library, void **slot, const char *name) {
+    *slot = dlsym(library, name);
+    if (!*slot) {
+        PyErr_Format(PyExc_ImportError, "%s not found in the CUDA libraries", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* _cuda_init(device, blocking_sync): binds the runtime (already loaded under its SONAME) and
+ * makes `device` current, with cudaDeviceScheduleBlockingSync when asked. */
+static PyObject *cuda_init(PyObject *module, PyObject *args) {
+    int blocking = 0;
+    if (!PyArg_ParseTuple(args, "i|p", &device_index, &blocking))
+        return NULL;
+    void *runtime = dlopen("libcudart.so.12", RTLD_NOW | RTLD_NOLOAD);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!runtime || !driver)
+        return PyErr_Format(PyExc_ImportError, "libcudart.so.12 and libcuda.so.1 must be loaded first");
+    if (resolve(runtime, (void **)&cuda.launch, "cudaLaunchKernel") ||
+        resolve(runtime, (void **)&cuda.memcpy_async, "cudaMemcpyAsync") ||
+        resolve(runtime, (void **)&cuda.stream_synchronize, "cudaStreamSynchronize") ||
+        resolve(runtime, (void **)&cuda.device_synchronize, "cudaDeviceSynchronize") ||
+        resolve(runtime, (void **)&cuda.malloc_, "cudaMalloc") || resolve(runtime, (void **)&cuda.free_, "cudaFree") ||
+        resolve(runtime, (void **)&cuda.host_alloc, "cudaHostAlloc") ||
+        resolve(runtime, (void **)&cuda.free_host, "cudaFreeHost") ||
+        resolve(runtime, (void **)&cuda.set_device, "cudaSetDevice") ||
+        resolve(runtime, (void **)&cuda.set_device_flags, "cudaSetDeviceFlags") ||
+        resolve(runtime, (void **)&cuda.error_string, "cudaGetErrorString") ||
+        resolve(driver, (void **)&cuda.queue_end, "emuDeviceQueueEnd"))
+        return NULL;
+    if (check(cuda.set_device(device_index), "cudaSetDevice") ||
+        (blocking && check(cuda.set_device_flags(4), "cudaSetDeviceFlags")))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int parse_cost(PyObject *args, PyObject *kwargs, KernelCost *cost, Py_ssize_t *count) {
+    static char *names[] = {"seconds", "sm", "occupancy", "tensor", "dram", "count", "flags", "until_ns", NULL};
+    double occupancy = -1.0;
+    unsigned long long until = 0;
+    unsigned flags = 0;
+    *count = 1;
+    cost->sm = 1.0;
+    cost->tensor = 0.0;
+    cost->dram = 0.3;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "d|ddddnIK", names, &cost->seconds, &cost->sm, &occupancy,
+                                     &cost->tensor, &cost->dram, count, &flags, &until))
+        return -1;
+    cost->occupancy = occupancy < 0 ? cost->sm * 0.5 : occupancy;
+    cost->flags = flags;
+    cost->until_ns = until;
+    return 0;
+}
+
+/* _launch(seconds, sm=1, occupancy=sm/2, tensor=0, dram=0.3, count=1, flags=0, until_ns=0):
+ * `count` kernels of `seconds` each, as a compiled model's ops launch them. */
+static PyObject *launch(PyObject *module, PyObject *args, PyObject *kwargs) {
+    KernelCost cost;
+    Py_ssize_t count;
+    if (parse_cost(args, kwargs, &cost, &count))
+        return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int code;
+        /* A full launch queue blocks in the driver: without the GIL, as ATen launches. */
+        void *kernel_args[1] = {&cost};
+        Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
+        Py_BEGIN_ALLOW_THREADS
+        code = cuda.launch(NULL, grid, block, kernel_args, 0, NULL);
+        Py_END_ALLOW_THREADS
+        if (check(code, "cudaLaunchKernel"))
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* _forward(x, seconds, sm=..., count=..., backward_seconds=..., backward_count=...,
+ * backward_hook=None): the model's forward kernels on x's device, and the loss, which carries
+ * the backward pass (kernels of backward_seconds each; the hook runs before each). */
+static PyObject *forward(PyObject *module, PyObject *args, PyObject *kwargs) {
+    PyObject *x = PyTuple_GetItem(args, 0);
+    if (!x || !PyObject_TypeCheck(x, &TensorType)) {
+        PyErr_SetString(PyExc_TypeError, "forward of a non-tensor");
+        return NULL;
+    }
+    if (((Tensor *)x)->device < 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!");
+        return NULL;
+    }
+    double backward_seconds = 0.0;
+    Py_ssize_t backward_count = 0;
+    PyObject *hook = Py_None;
+    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    PyObject *cost_kwargs = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
+    if (!rest || !cost_kwargs)
+        goto fail;
+    PyObject *item;
+    if ((item = PyDict_GetItemString(cost_kwargs, "backward_seconds"))) {
+        backward_seconds = PyFloat_AsDouble(item);
+        PyDict_DelItemString(cost_kwargs, "backward_seconds");
+    }
+    if ((item = PyDict_GetItemString(cost_kwargs, "backward_count"))) {
+        backward_count = PyLong_AsSsize_t(item);
+        PyDict_DelItemString(cost_kwargs, "backward_count");
+    }
+    if ((item = PyDict_GetItemString(cost_kwargs, "backward_hook"))) {
+        hook = item;
+        Py_INCREF(hook);
+        PyDict_DelItemString(cost_kwargs, "backward_hook");
+    } else {
+        Py_INCREF(hook);
+    }
+    if (PyErr_Occurred())
+        goto fail_hook;
+    PyObject *done = launch(module, rest, cost_kwargs);
+    if (!done)
+        goto fail_hook;
+    Py_DECREF(done);
+    KernelCost cost;
+    Py_ssize_t count;
+    if (parse_cost(rest, cost_kwargs, &cost, &count))
+        goto fail_hook;
+    Tensor *loss = new_tensor(tensor_class, ((Tensor *)x)->device, 4, 0);
+    if (!loss)
+        goto fail_hook;
+    loss->backward_kernels = (int)backward_count;
+    loss->backward_cost = cost;
+    loss->backward_cost.seconds = backward_seconds;
+    loss->backward_hook = hook == Py_None ? NULL : hook;
+    if (hook == Py_None)
+        Py_DECREF(hook);
+    Py_DECREF(rest);
+    Py_DECREF(cost_kwargs);
+    return (PyObject *)loss;
+fail_hook:
+    Py_DECREF(hook);
+fail:
+    Py_XDECREF(rest);
+    Py_XDECREF(cost_kwargs);
+    return NULL;
+}
+
+/* _set_tensor_class(cls): the subclass of TensorBase every op returns. */
+static PyObject *set_tensor_class(PyObject *module, PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &TensorType)) {
+        PyErr_SetString(PyExc_TypeError, "not a subclass of TensorBase");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    tensor_class = (PyTypeObject *)cls;
+    Py_RETURN_NONE;
+}
+
+static PyObject *cuda_synchronize(PyObject *module, PyObject *unused) {
+    return copy_and_sync(NULL, NULL, 0, 0, 1, 1) ? NULL : Py_NewRef(Py_None);
+}
+
+/* The test bed's own: when the device's queued work ends (emuDeviceQueueEnd). */
+static PyObject *queue_end(PyObject *module, PyObject *unused) {
+    uint64_t end = 0;
+    if (check(cuda.queue_end(device_index, &end), "emuDeviceQueueEnd"))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(end);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_cuda_init", cuda_init, METH_VARARGS, NULL},
+    {"_launch", (PyCFunction)(void (*)(void))launch, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"_forward", (PyCFunction)(void (*)(void))forward, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"_run_backward", run_backward, METH_O, NULL},
+    {"_cuda_synchronize", cuda_synchronize, METH_NOARGS, NULL},
+    {"_set_tensor_class", set_tensor_class, METH_O, NULL},
+    {"_queue_end", queue_end, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch._C", NULL, -1, module_methods};
+
+PyMODINIT_FUNC PyInit__C(void) {
+    if (PyType_Ready(&TensorType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,156 @@
+"""A training loop written as PyTorch code is written, for the waits real PyTorch hides: run on
+the emulated torch (workloads/emutorch: C tensor methods over the stub CUDA runtime and driver),
+its syncs leave no Python frame that names them, its backward pass runs on the engine's thread
+`pt_autograd_0` while the main thread sleeps under torch/autograd/graph.py, and every wait is
+inside libcuda. The named workloads (sync_stall_nan_check, ...) are specs of it; the random
+suite draws them too.
+
+A spec (a dict) says how the loop syncs:
+  "sync"        where the host waits for the GPU, written as real code writes it:
+                "item"      loss.item() on the line (the named one),
+                "nan_check" `if torch.isnan(loss).any() or torch.isinf(loss).any():`
+                            (HF Trainer's per-step check),
+                "compare"   `if loss > threshold:` (bool(t)),
+                "mask"      `kept = losses[losses > 0]` (mask indexing: the count comes back),
+                "to"        `batch.to("cuda")` of a pageable batch (a copy and a stream sync),
+                "none"      no sync in the step;
+  "sync_every"  steps per sync;
+  "upload"      "pageable" (batch.to(device)), or "pinned" (pin_memory() then
+                non_blocking=True: no wait);
+  "metrics"     "tolist": the metric code calls .tolist() on a host array (no GPU involved);
+and what the step costs: "step_seconds" of kernels ("kernels" of them, a third forward),
+"sm", "host_seconds" of Python on the main thread before the step's first kernel, "hook_seconds" of Python per backward node
+on the engine's thread (DDP-style hooks, custom autograd Functions), "loader" and "workers" as
+random_loop draws them.
+
+    python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
+"""
+
+import array
+import json
+import os
+import sys
+import time
+
+import common
+
+DEFAULTS = {
+    "sync": "item",
+    "sync_every": 1,
+    "upload": "pinned",
+    "metrics": "none",
+    "step_seconds": 0.06,
+    "kernels": 8,
+    "sm": 0.85,
+    "host_seconds": 0.0,
+    "hook_seconds": 0.0,
+    "loader": "light",
+    "workers": 2,
+    "batch": 16,
+    "blocking": False,
+}
+
+
+def import_torch(real):
+    """The real torch with --real, else the emulated one (workloads/emutorch first on the path)."""
+    if not real:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "emutorch"))
+    import torch
+
+    return torch
+
+
+class Model:
+    """The step's kernels: a third forward, two thirds backward on the engine's thread, with
+    `hook_seconds` of Python before each backward kernel."""
+
+    def __init__(self, torch, spec):
+        self.torch = torch
+        kernels = max(2, spec["kernels"])
+        self.forward_count = max(1, kernels // 3)
+        self.backward_count = kernels - self.forward_count
+        self.forward_seconds = spec["step_seconds"] / 3 / self.forward_count
+        self.backward_seconds = spec["step_seconds"] * 2 / 3 / self.backward_count
+        self.sm = spec["sm"]
+        hook = spec["hook_seconds"]
+        self.hook = (lambda: common.burn(hook)) if hook > 0 else None
+
+    def __call__(self, x):
+        return self.torch._C._forward(
+            x,
+            self.forward_seconds,
+            sm=self.sm,
+            tensor=self.sm * 0.6,
+            dram=0.4,
+            count=self.forward_count,
+            backward_seconds=self.backward_seconds,
+            backward_count=self.backward_count,
+            backward_hook=self.hook,
+        )
+
+
+def step_sync(torch, spec, loss, losses):
+    """The step's wait, in the form the spec names (the line that waits is this function's)."""
+    form = spec["sync"]
+    if form == "item":
+        return loss.item()
+    if form == "nan_check":
+        if torch.isnan(loss).any() or torch.isinf(loss).any():
+            raise FloatingPointError("loss is not finite")
+    elif form == "compare":
+        if loss > 1e9:
+            raise FloatingPointError("loss diverged")
+    elif form == "mask":
+        return losses[losses > 0]
+    return None
+
+
+def train(spec, args):
+    spec = {**DEFAULTS, **spec}
+    torch = import_torch(args.real)
+    if spec["blocking"]:
+        common.blocking_sync(args.gpu, args.real)
+    torch.cuda.set_device(args.gpu)
+    model = Model(torch, spec)
+    optimizer_seconds = spec["step_seconds"] * 0.05
+    images = common.images_for(spec["loader"], args.data, args.seconds)
+    loader = common.Loader(images, batch_size=spec["batch"], workers=spec["workers"])
+    truth = common.Truth.mine()
+    # The metric code's host-side history (a few million floats: its .tolist() is real work).
+    history = array.array("f", bytes(4 << 21)) if spec["metrics"] == "tolist" else None
+    deadline = time.monotonic() + args.seconds
+    steps = 0
+    batches = iter(loader)
+    losses = None
+    while time.monotonic() < deadline:
+        batch = truth.timed(common.LOADER, next, batches)
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        host = torch.empty(len(batch) * 3 * 64 * 64)
+        if spec["upload"] == "pinned" and spec["sync"] != "to":
+            x = host.pin_memory().to("cuda", non_blocking=True)
+        else:
+            x = host.to("cuda")  # pageable, non_blocking=False: a copy and a stream sync
+        if spec["host_seconds"]:
+            common.burn(spec["host_seconds"])  # the step's Python before its first kernel
+        loss = model(x)
+        loss.backward()
+        torch._C._launch(optimizer_seconds, sm=0.5, dram=0.8)  # optimizer.step()
+        losses = loss if losses is None else losses
+        steps += 1
+        if spec["sync"] not in ("none", "to") and steps % spec["sync_every"] == 0:
+            step_sync(torch, spec, loss, losses)
+        if history is not None:
+            recent = history.tolist()  # a host array: no GPU involved, however the line reads
+            del recent
+        truth.record(common.PYTHON, start, time.monotonic_ns(), time.thread_time_ns() - cpu)
+    torch.cuda.synchronize()
+    return steps
+
+
+def main(argv=None, spec=None):
+    args = common.arguments(__doc__, argv, extra=[("--spec", str)])
+    train({**(spec or {}), **json.loads(args.spec or "{}")}, args)
+
+
+if __name__ == "__main__":
+    main()

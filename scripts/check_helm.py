@@ -180,15 +180,23 @@ def main():
             or container["securityContext"] != next(o for o in found if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["securityContext"]):
         problems.append("web.configSecret/scheme not applied as expected (args, probes, Secret volume, monitor, unchanged securityContext)")
 
-    # CAP_SYS_PTRACE is on by default, in the chart and in deploy/, and is the only capability
-    # added; `ptrace: false` and the deploy/kubernetes/restricted overlay drop every one.
+    # CAP_SYS_PTRACE (the stacks) and CAP_BPF + CAP_PERFMON (the CUDA probes) are on by default,
+    # in the chart and in deploy/, and are the only capabilities added; `ptrace: false` with
+    # `cudaProbes: false` and the deploy/kubernetes/restricted overlay drop every one, and each
+    # toggle alone drops its own.
     def capabilities(daemonset):
         return daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]
 
     default_caps = capabilities(next(o for o in found if o["kind"] == "DaemonSet"))
-    restricted_caps = capabilities(next(o for o in objects(chart, {"ptrace": False}) if o["kind"] == "DaemonSet"))
-    if default_caps != {"drop": ["ALL"], "add": ["SYS_PTRACE"]} or restricted_caps != {"drop": ["ALL"]}:
-        problems.append(f"ptrace: default capabilities {default_caps}, with ptrace: false {restricted_caps}")
+    def caps_with(values):
+        return capabilities(next(o for o in objects(chart, values) if o["kind"] == "DaemonSet"))
+
+    restricted_caps = caps_with({"ptrace": False, "cudaProbes": False})
+    if (default_caps != {"drop": ["ALL"], "add": ["SYS_PTRACE", "BPF", "PERFMON"]}
+            or restricted_caps != {"drop": ["ALL"]}
+            or caps_with({"ptrace": False}) != {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+            or caps_with({"cudaProbes": False}) != {"drop": ["ALL"], "add": ["SYS_PTRACE"]}):
+        problems.append(f"capabilities: default {default_caps}, with ptrace and cudaProbes false {restricted_caps}")
     with open("deploy/kubernetes/restricted/kustomization.yaml") as f:
         overlay = yaml.safe_load(f)
     with open("deploy/kubernetes/daemonset.yaml") as f:
@@ -218,7 +226,7 @@ def main():
     if problems:
         sys.exit("\n".join(problems))
     print(f"chart lints strictly; defaults and {len(variants)} ci variants render objects that pass the Kubernetes schemas and CRD shapes, "
-          f"as do deploy/'s {len(deploy)} objects; the DaemonSets agree; toggles, SYS_PTRACE by default and the restricted variants honoured; bad values rejected")
+          f"as do deploy/'s {len(deploy)} objects; the DaemonSets agree; toggles, SYS_PTRACE, BPF and PERFMON by default and the restricted variants honoured; bad values rejected")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ fn gpu_only_config(library: &std::path::Path) -> Config {
                                                // The culprits read the live /proc (what is readable depends on the host); tests/culprits.rs
                                                // covers them.
     config.sources.culprits.enabled = false;
+    // What the probes may do depends on the host's privileges; tests/cuda_probes.rs covers them.
+    config.sources.cuda.enabled = false;
     config.sources.gpu.nvml_library = library.to_path_buf();
     config.sources.gpu.max_processes_per_gpu = 3;
     // Generous: a loaded test machine must not turn a slow read into a "timeout" golden.

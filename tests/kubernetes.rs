@@ -658,9 +658,31 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             None,
             "{who}"
         );
+        let source = |metric: &str, name: &str| value(&page, metric, &[("source", name)]);
+        // The CUDA probes need CAP_BPF and CAP_PERFMON: unsupported in both runs, said so,
+        // no series of theirs, and the verdicts above as the stacks and counters make them.
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_signal_supported",
+                &[("signal", "cuda_probes")]
+            ),
+            Some(0.0),
+            "{who}: the probes need CAP_BPF and CAP_PERFMON"
+        );
+        assert_eq!(
+            source("gpu_exporter_source_supported", "cuda"),
+            Some(0.0),
+            "{who}"
+        );
+        assert!(
+            !page
+                .iter()
+                .any(|f| f.name.starts_with("gpu_process_cuda_") && !f.samples.is_empty()),
+            "{who}: no probe series"
+        );
         // The network: interfaces and each process's namespace traffic are anyone's to read;
         // the node's mount statistics (pid 1's mountstats, mode 0400) are uid 0's.
-        let source = |metric: &str, name: &str| value(&page, metric, &[("source", name)]);
         assert_eq!(
             source("gpu_exporter_source_up", "network"),
             Some(1.0),

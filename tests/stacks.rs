@@ -110,7 +110,7 @@ fn each_main_thread_is_seen_where_it_waits() {
         interval: gpu_bottleneck_exporter::config::ConfigDuration(Duration::from_millis(50)),
         ..StacksConfig::default()
     };
-    let mut source = StacksSource::new(PathBuf::from("/proc"), config);
+    let mut source = StacksSource::new(PathBuf::from("/proc"), config, None);
     let mut snapshot = gpu_with(&pids);
     for tick in 0..20 {
         source

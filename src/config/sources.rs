@@ -30,6 +30,11 @@ pub struct Sources {
     pub process: ProcessConfig,
     /// Python stacks of the GPU processes: where each training loop's main thread waits.
     pub stacks: StacksConfig,
+    /// Uprobes on the CUDA driver each GPU process maps: launches, copies and the time each
+    /// thread waits inside the driver. Needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN);
+    /// without them the source reports itself unsupported and the verdicts stay as the
+    /// stacks and counters make them.
+    pub cuda: Toggle,
     /// The node's busiest processes outside the GPU process trees, named in the evidence.
     pub culprits: CulpritsConfig,
     /// Pod attribution through the kubelet's pod-resources socket.

@@ -6,6 +6,7 @@
 //! sampler then shows as a growing age, not a frozen page. The family builders live in one
 //! module per area (host, gpu, process, verdict).
 
+mod cuda;
 mod gpu;
 mod host;
 mod network;
@@ -219,6 +220,7 @@ fn families(snapshot: &Snapshot, tick_seconds: f64) -> Vec<Family> {
         gpu::pod_families(gpu, &mut out);
         process::process_context_families(gpu, &snapshot.processes, &mut out);
         process::process_stack_families(gpu, &snapshot.stacks, &mut out);
+        cuda::process_cuda_families(gpu, &snapshot.cuda, &mut out);
         network::process_network_families(gpu, &snapshot.network, &mut out);
     }
     verdict::verdict_families(&snapshot.verdicts, snapshot.gpu.as_ref(), &mut out);

@@ -4,6 +4,7 @@
 //! Counters are kept as read; the `*Rates` structs hold what happened over the last interval
 //! and are `None` on the first sample, after a counter reset, or for a device that just appeared.
 
+mod cuda;
 mod figures;
 mod gpu;
 mod network;
@@ -12,6 +13,7 @@ mod process;
 mod signal;
 mod verdict;
 
+pub use cuda::*;
 pub use figures::*;
 pub use gpu::*;
 pub use network::*;
@@ -44,6 +46,9 @@ pub struct Snapshot {
     /// Where each GPU process's main thread was over the stack window, by pid (Python
     /// processes the exporter may read; empty without ptrace access).
     pub stacks: Vec<ProcessStacks>,
+    /// What each GPU process asked of the CUDA driver, by pid (empty without the probes'
+    /// privilege or a driver to probe).
+    pub cuda: Vec<ProcessCuda>,
     /// Whether the node's busiest processes are wanted on this tick: set by the sampler when
     /// the previous tick scored data_io, data_cpu or contention past the leave score on some
     /// GPU (a pass over every process costs too much to run always).

@@ -3,6 +3,7 @@
 //! A source keeps the previous counters it read (to derive rates) and nothing else; parsing
 //! and rate arithmetic are pure functions in its module so they can be tested on strings.
 
+pub mod cuda;
 pub mod culprits;
 pub mod demo;
 pub mod gpu;
@@ -203,10 +204,18 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
             sources.process.clone(),
         )));
     }
+    // Before the stacks: a stack sample asks it whether its thread is inside a CUDA wait.
+    let mut waits_now = None;
+    if sources.cuda.enabled && sources.gpu.enabled {
+        let probes = cuda::CudaSource::new(config.paths.procfs.clone(), &config.paths.sysfs);
+        waits_now = probes.waits_now();
+        enabled.push(Box::new(probes));
+    }
     if sources.stacks.enabled && sources.gpu.enabled {
         enabled.push(Box::new(stacks::StacksSource::new(
             config.paths.procfs.clone(),
             sources.stacks.clone(),
+            waits_now,
         )));
     }
     if sources.culprits.enabled && sources.gpu.enabled {

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use super::{Source, SourceError};
 use crate::snapshot::{
-    Activity, BusySummary, CgroupContext, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory,
-    GpuProcess, GpuSnapshot, GpuUtilization, NvLinkState, PcieLink, PerActivity, PodRef,
-    ProcessContext, ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
+    Activity, BusySummary, CgroupContext, CudaThread, CudaTotals, CudaWait, FrameShare, GpmMetrics,
+    GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot, GpuUtilization, NvLinkState, PcieLink,
+    PerActivity, PodRef, ProcessContext, ProcessCuda, ProcessStacks, RemappedRows, Snapshot,
+    WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -453,6 +454,52 @@ impl DemoSource {
     }
 }
 
+impl DemoSource {
+    /// What a case's process asks of the CUDA driver (the probes' view): a step's launches
+    /// from the main thread and the autograd engine's, its batch uploaded and its loss read
+    /// back, and the main thread's share of time inside driver waits (most of it in the
+    /// sync-stall case).
+    fn cuda(role: Role, pid: u32, now: Duration) -> ProcessCuda {
+        let seconds = now.as_secs_f64();
+        let wait_ratio = match role {
+            Role::SyncStall => 0.6,
+            Role::Idle => 0.0,
+            _ => 0.05,
+        };
+        let launches = if role == Role::Idle { 0.0 } else { 2400.0 };
+        let steps = if role == Role::Idle { 0.0 } else { 20.0 };
+        let mut wait_seconds = [0.0; 4];
+        wait_seconds[CudaWait::Stream as usize] = wait_ratio * 0.8 * seconds;
+        wait_seconds[CudaWait::Copy as usize] = wait_ratio * 0.2 * seconds;
+        let thread = |tid, launches_per_second, wait_ratio| CudaThread {
+            tid,
+            launches_per_second,
+            wait_ratio,
+        };
+        ProcessCuda {
+            pid,
+            totals: CudaTotals {
+                launches: (launches * seconds) as u64,
+                graph_launches: 0,
+                copies_to_device: (steps * seconds) as u64,
+                bytes_to_device: (steps * seconds) as u64 * (6 << 20),
+                copies_to_host: (steps * seconds) as u64,
+                bytes_to_host: (steps * seconds) as u64 * 4,
+                wait_seconds,
+            },
+            threads: if role == Role::Idle {
+                Vec::new()
+            } else {
+                // The engine's thread launches the backward pass (two thirds of the kernels).
+                vec![
+                    thread(pid + 1, launches * 2.0 / 3.0, 0.0),
+                    thread(pid, launches / 3.0, wait_ratio),
+                ]
+            },
+        }
+    }
+}
+
 impl Source for DemoSource {
     fn name(&self) -> &'static str {
         "demo"
@@ -467,6 +514,7 @@ impl Source for DemoSource {
             if let Some(main) = device.processes.first() {
                 let role = self.role(index, now);
                 snapshot.stacks.push(Self::stacks(role, main.pid));
+                snapshot.cuda.push(Self::cuda(role, main.pid, now));
                 mains.push((main.pid, role));
             }
             devices.push(device);

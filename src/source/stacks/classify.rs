@@ -2,10 +2,13 @@
 //!
 //! The frames are read innermost first. The first rule that matches decides:
 //!
-//! 1. **gpu_sync**: a frame of a function named `synchronize` or `item` (torch.cuda's and its
-//!    streams' and events' synchronize are Python functions; so are the emulated GPU's), or —
-//!    since `.item()`, `.cpu()`, `.tolist()` and `.numpy()` on a tensor are C methods that
-//!    leave no frame of their own — an innermost frame whose source line calls one of them.
+//! 1. **gpu_sync**: where the CUDA probes watch the process (source::cuda), the thread was
+//!    inside a driver wait when sampled, whatever the Python line reads (`bool(t)`, a NaN
+//!    check, `.to("cuda")` name no sync), and it is no sync when it was not (`.tolist()` of a
+//!    host array reads like one). Without the probes, inferred: a frame of a function named
+//!    `synchronize` or `item` (torch.cuda's and its streams' and events' synchronize are Python
+//!    functions), or — since `.item()`, `.cpu()`, `.tolist()` and `.numpy()` on a tensor are C
+//!    methods that leave no frame of their own — an innermost frame whose source line calls one.
 //! 2. **collective**: a frame in `torch/distributed/`, or a function named `all_reduce`,
 //!    `all_gather`, `reduce_scatter`, `broadcast` or `barrier`.
 //! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), or in
@@ -62,8 +65,15 @@ fn bare(function: &str) -> &str {
 }
 
 /// Classifies one sample of a thread: `frames` innermost first, `active` whether py-spy saw
-/// it running, `innermost_line` the source text of the innermost frame's line when readable.
-pub fn classify(frames: &[FrameRef], active: bool, innermost_line: Option<&str>) -> Activity {
+/// it running, `innermost_line` the source text of the innermost frame's line when readable,
+/// `in_driver_wait` whether the CUDA probes saw the thread inside a driver wait at that moment
+/// (`None` where they do not watch the process).
+pub fn classify(
+    frames: &[FrameRef],
+    active: bool,
+    innermost_line: Option<&str>,
+    in_driver_wait: Option<bool>,
+) -> Activity {
     let named = |names: &[&str]| frames.iter().any(|f| names.contains(&bare(f.function)));
     let in_file = |parts: &[&str]| {
         frames
@@ -74,7 +84,8 @@ pub fn classify(frames: &[FrameRef], active: bool, innermost_line: Option<&str>)
         let code = line.split('#').next().unwrap_or("");
         SYNCING_CALLS.iter().any(|call| code.contains(call))
     });
-    if named(&["synchronize", "item"]) || line_syncs {
+    let inferred_sync = named(&["synchronize", "item"]) || line_syncs;
+    if in_driver_wait.unwrap_or(inferred_sync) {
         Activity::GpuSync
     } else if named(&COLLECTIVES) || in_file(&["/torch/distributed/"]) {
         Activity::Collective
@@ -111,20 +122,52 @@ mod tests {
             frame("EmulatedGPU.synchronize", "/w/emugpu.py"),
             TRAIN,
         ];
-        assert_eq!(classify(&emulated, true, None), Activity::GpuSync);
+        assert_eq!(classify(&emulated, true, None, None), Activity::GpuSync);
         let torch = [
             frame("synchronize", "/usr/lib/python3/torch/cuda/__init__.py"),
             TRAIN,
         ];
-        assert_eq!(classify(&torch, false, None), Activity::GpuSync);
+        assert_eq!(classify(&torch, false, None, None), Activity::GpuSync);
         // loss.item() is a C method: only the calling line shows it.
         assert_eq!(
-            classify(&[TRAIN], true, Some("        total += loss.item()")),
+            classify(&[TRAIN], true, Some("        total += loss.item()"), None),
             Activity::GpuSync
         );
         assert_eq!(
-            classify(&[TRAIN], true, Some("    out = model(x)  # not .item()")),
+            classify(
+                &[TRAIN],
+                true,
+                Some("    out = model(x)  # not .item()"),
+                None
+            ),
             Activity::Python
+        );
+    }
+
+    #[test]
+    fn the_probes_observation_stands_against_the_line() {
+        // A NaN check spins inside the driver under the job's own line.
+        let line = Some("        if torch.isnan(loss).any():");
+        assert_eq!(classify(&[TRAIN], true, line, None), Activity::Python);
+        assert_eq!(
+            classify(&[TRAIN], true, line, Some(true)),
+            Activity::GpuSync
+        );
+        // .tolist() of a host array reads like a sync; the thread is not in the driver.
+        let host = Some("        recent = history.tolist()");
+        assert_eq!(classify(&[TRAIN], true, host, None), Activity::GpuSync);
+        assert_eq!(
+            classify(&[TRAIN], true, host, Some(false)),
+            Activity::Python
+        );
+        // A loader wait stays one.
+        let loader = [
+            frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py"),
+            TRAIN,
+        ];
+        assert_eq!(
+            classify(&loader, false, None, Some(false)),
+            Activity::DataLoader
         );
     }
 
@@ -139,7 +182,7 @@ mod tests {
             frame("Loader._processes", "/w/common.py"),
             TRAIN,
         ];
-        assert_eq!(classify(&loader, false, None), Activity::DataLoader);
+        assert_eq!(classify(&loader, false, None, None), Activity::DataLoader);
         let torch_loader = [
             frame(
                 "_MultiProcessingDataLoaderIter._next_data",
@@ -147,7 +190,10 @@ mod tests {
             ),
             TRAIN,
         ];
-        assert_eq!(classify(&torch_loader, false, None), Activity::DataLoader);
+        assert_eq!(
+            classify(&torch_loader, false, None, None),
+            Activity::DataLoader
+        );
         let collective = [
             frame(
                 "all_reduce",
@@ -155,26 +201,29 @@ mod tests {
             ),
             TRAIN,
         ];
-        assert_eq!(classify(&collective, true, None), Activity::Collective);
+        assert_eq!(
+            classify(&collective, true, None, None),
+            Activity::Collective
+        );
         let emulated_collective = [
             frame("Barrier.wait", "/usr/lib/python3.11/threading.py"),
             frame("EmulatedGPU.all_reduce", "/w/emugpu.py"),
             TRAIN,
         ];
         assert_eq!(
-            classify(&emulated_collective, false, None),
+            classify(&emulated_collective, false, None, None),
             Activity::Collective
         );
         let model = [
             frame("Linear.forward", "/torch/nn/modules/linear.py"),
             TRAIN,
         ];
-        assert_eq!(classify(&model, true, None), Activity::Python);
+        assert_eq!(classify(&model, true, None, None), Activity::Python);
         let sleeping = [frame("sleep", "<builtin>"), TRAIN];
-        assert_eq!(classify(&sleeping, false, None), Activity::Other);
+        assert_eq!(classify(&sleeping, false, None, None), Activity::Other);
         // A function that merely contains a syncing name is not one.
         let items = [frame("dict_items", "/job/util.py"), TRAIN];
-        assert_eq!(classify(&items, true, None), Activity::Python);
+        assert_eq!(classify(&items, true, None, None), Activity::Python);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config as SpyConfig, PythonSpy};
 
 use self::classify::{classify, FrameRef};
+use super::cuda::WaitsNow;
 use super::{Source, SourceError};
 use crate::config::StacksConfig;
 use crate::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks, Snapshot};
@@ -74,6 +75,8 @@ struct Sampler {
     passed_over: HashMap<u32, (Instant, bool)>,
     /// Source text of (file as the process sees it, line), through `/proc/<pid>/root`.
     lines: HashMap<(String, i32), Option<String>>,
+    /// The CUDA probes' view of which threads are inside a driver wait, when they run.
+    waits_now: Option<WaitsNow>,
 }
 
 impl Sampler {
@@ -123,6 +126,8 @@ impl Sampler {
     /// One sample of `pid`'s main thread; `None` when it could not be read this time.
     fn sample_one(&mut self, pid: u32, now: Instant, weight: f64) -> Option<Sample> {
         let traces = self.watched.get_mut(&pid)?.spy.get_stack_traces().ok()?;
+        // Asked right after the read: the main thread's tid is the pid.
+        let in_driver_wait = self.waits_now.as_ref().and_then(|w| w.inside(pid, pid));
         let main = traces.first()?;
         let innermost = main.frames.first();
         let line = innermost.and_then(|f| self.source_line(pid, &f.filename, f.line));
@@ -142,7 +147,7 @@ impl Sampler {
         Some(Sample {
             at: now,
             weight,
-            activity: classify(&frames, main.active, line.as_deref()),
+            activity: classify(&frames, main.active, line.as_deref(), in_driver_wait),
             frame: quoted.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
     }
@@ -277,8 +282,9 @@ pub struct StacksSource {
 }
 
 impl StacksSource {
-    /// A source reading processes below `procfs` as `config` says.
-    pub fn new(procfs: PathBuf, config: StacksConfig) -> Self {
+    /// A source reading processes below `procfs` as `config` says; `waits_now` from the CUDA
+    /// probes, when they run.
+    pub fn new(procfs: PathBuf, config: StacksConfig, waits_now: Option<WaitsNow>) -> Self {
         StacksSource {
             sampler: Arc::new(Mutex::new(Sampler {
                 procfs,
@@ -288,6 +294,7 @@ impl StacksSource {
                 watched: HashMap::new(),
                 passed_over: HashMap::new(),
                 lines: HashMap::new(),
+                waits_now,
             })),
             interval: config.interval.0,
             started: false,

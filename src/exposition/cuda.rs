@@ -1,0 +1,58 @@
+//! Families of the CUDA boundary: what each GPU process asked of the driver (source::cuda).
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::snapshot::{CudaWait, GpuSnapshot, ProcessCuda};
+
+/// Per GPU process the probes watch: launches and copies by kind, wait time by kind, the
+/// threads that drive the GPU and the main thread's share of time in waits. Bounded: a fixed
+/// set of series per process, none per kernel or per call.
+pub(super) fn process_cuda_families(
+    gpu: &GpuSnapshot,
+    cuda: &[ProcessCuda],
+    out: &mut Vec<Family>,
+) {
+    let by_pid: HashMap<u32, &ProcessCuda> = cuda.iter().map(|p| (p.pid, p)).collect();
+    let mut launches = Family::new(&PROC_CUDA_LAUNCHES);
+    let mut copies = Family::new(&PROC_CUDA_COPIES);
+    let mut bytes = Family::new(&PROC_CUDA_COPY_BYTES);
+    let mut waits = Family::new(&PROC_CUDA_WAIT);
+    let mut threads = Family::new(&PROC_CUDA_THREADS);
+    let mut main_wait = Family::new(&PROC_CUDA_MAIN_WAIT);
+    for device in gpu.devices.iter().filter(|d| d.up) {
+        let index = device.index.to_string();
+        for process in &device.processes {
+            let Some(seen) = by_pid.get(&process.pid) else {
+                continue;
+            };
+            let pid = process.pid.to_string();
+            let base = [
+                index.as_str(),
+                device.uuid.as_str(),
+                pid.as_str(),
+                process.command.as_str(),
+            ];
+            let with = |extra: &'static str| [base[0], base[1], base[2], base[3], extra];
+            let t = &seen.totals;
+            launches.add(&with("kernel"), t.launches as f64);
+            launches.add(&with("graph"), t.graph_launches as f64);
+            copies.add(&with("to_device"), t.copies_to_device as f64);
+            copies.add(&with("to_host"), t.copies_to_host as f64);
+            bytes.add(&with("to_device"), t.bytes_to_device as f64);
+            bytes.add(&with("to_host"), t.bytes_to_host as f64);
+            for kind in CudaWait::ALL {
+                waits.add(&with(kind.name()), t.wait(kind));
+            }
+            let driving = seen
+                .threads
+                .iter()
+                .filter(|t| t.launches_per_second > 0.0)
+                .count();
+            threads.add(&base, driving as f64);
+            let main = seen.threads.iter().find(|t| t.tid == process.pid);
+            main_wait.add(&base, main.map_or(0.0, |t| t.wait_ratio));
+        }
+    }
+    out.extend([launches, copies, bytes, waits, threads, main_wait]);
+}

@@ -1,0 +1,183 @@
+//! The probes' BPF programs, assembled here. Three kinds, each with its probe's number baked
+//! in:
+//!
+//! - **count** (on entry): adds one to `counts[pid, tid, probe]`, and for a copy the size
+//!   argument (the third, `%rdx` on x86-64) to its bytes;
+//! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
+//!   wait (the outermost one is timed);
+//! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
+//!   `waits[pid, tid, probe]` and closes it.
+//!
+//! Keys of `counts` and `waits` are 16 bytes (u32 pid, tid, probe, 0) and their values two u64
+//! (hits, and bytes or nanoseconds); `starts` maps the u64 `pid << 32 | tid` to (start ns,
+//! probe). A thread with an entry in `starts` is inside a CUDA wait now: the stack sampler asks.
+
+use super::bpf::R8;
+use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM};
+use super::bpf::{MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
+
+/// Offset of the third argument register in x86-64's `struct pt_regs` (%rdx).
+#[cfg(target_arch = "x86_64")]
+const THIRD_ARGUMENT: i16 = 96;
+/// aarch64's `struct user_pt_regs`: x2.
+#[cfg(target_arch = "aarch64")]
+const THIRD_ARGUMENT: i16 = 16;
+
+fn jeq_zero_over(block: &[Insn]) -> Insn {
+    Insn::jeq_imm(R0, 0, block.len() as i16)
+}
+
+/// `r2 = r10 + offset` (a pointer into the stack), as argument `register`.
+fn stack_pointer(register: u8, offset: i32) -> [Insn; 2] {
+    [Insn::mov(register, R10), Insn::add_imm(register, offset)]
+}
+
+fn finish() -> [Insn; 2] {
+    [Insn::mov_imm(R0, 0), Insn::exit()]
+}
+
+/// The count program of `probe`; `with_bytes` for a copy.
+pub fn count(counts: i32, probe: u32, with_bytes: bool) -> Vec<Insn> {
+    let mut code = vec![
+        Insn::mov(R6, R1),
+        Insn::call(GET_CURRENT_PID_TGID),
+        Insn::store32(R10, -12, R0),
+        Insn::rsh_imm(R0, 32),
+        Insn::store32(R10, -16, R0),
+        Insn::store32_imm(R10, -8, probe as i32),
+        Insn::store32_imm(R10, -4, 0),
+    ];
+    code.extend(Insn::load_map(R1, counts));
+    code.extend(stack_pointer(R2, -16));
+    code.push(Insn::call(MAP_LOOKUP_ELEM));
+    // Found: add to it.
+    let mut found = vec![Insn::mov_imm(R1, 1), Insn::atomic_add64(R0, 0, R1)];
+    if with_bytes {
+        found.push(Insn::load64(R1, R6, THIRD_ARGUMENT));
+        found.push(Insn::atomic_add64(R0, 8, R1));
+    }
+    found.extend(finish());
+    code.push(jeq_zero_over(&found));
+    code.extend(found);
+    // Not yet: insert (1, bytes).
+    code.push(Insn::store64_imm(R10, -32, 1));
+    if with_bytes {
+        code.push(Insn::load64(R1, R6, THIRD_ARGUMENT));
+        code.push(Insn::store64(R10, -24, R1));
+    } else {
+        code.push(Insn::store64_imm(R10, -24, 0));
+    }
+    code.extend(Insn::load_map(R1, counts));
+    code.extend(stack_pointer(R2, -16));
+    code.extend(stack_pointer(R3, -32));
+    code.push(Insn::mov_imm(R4, NOEXIST));
+    code.push(Insn::call(MAP_UPDATE_ELEM));
+    code.extend(finish());
+    code
+}
+
+/// The entry program of a timed wait.
+pub fn wait_entry(starts: i32, probe: u32) -> Vec<Insn> {
+    let mut code = vec![
+        Insn::call(GET_CURRENT_PID_TGID),
+        Insn::store64(R10, -8, R0),
+        Insn::call(KTIME_GET_NS),
+        Insn::store64(R10, -24, R0),
+        Insn::store64_imm(R10, -16, probe as i32),
+    ];
+    code.extend(Insn::load_map(R1, starts));
+    code.extend(stack_pointer(R2, -8));
+    code.extend(stack_pointer(R3, -24));
+    code.push(Insn::mov_imm(R4, NOEXIST));
+    code.push(Insn::call(MAP_UPDATE_ELEM));
+    code.extend(finish());
+    code
+}
+
+/// The return program of a timed wait.
+pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
+    let mut head = vec![
+        Insn::call(GET_CURRENT_PID_TGID),
+        Insn::mov(R6, R0),
+        Insn::store64(R10, -8, R0),
+    ];
+    head.extend(Insn::load_map(R1, starts));
+    head.extend(stack_pointer(R2, -8));
+    head.push(Insn::call(MAP_LOOKUP_ELEM));
+
+    let mut close = vec![
+        Insn::call(KTIME_GET_NS),
+        Insn::sub(R0, R7),
+        Insn::mov(R7, R0),
+        Insn::mov(R1, R6),
+        Insn::rsh_imm(R1, 32),
+        Insn::store32(R10, -32, R1),
+        Insn::store32(R10, -28, R6),
+        Insn::store32_imm(R10, -24, probe as i32),
+        Insn::store32_imm(R10, -20, 0),
+    ];
+    close.extend(Insn::load_map(R1, waits));
+    close.extend(stack_pointer(R2, -32));
+    close.push(Insn::call(MAP_LOOKUP_ELEM));
+    let mut insert = vec![Insn::store64_imm(R10, -48, 1), Insn::store64(R10, -40, R7)];
+    insert.extend(Insn::load_map(R1, waits));
+    insert.extend(stack_pointer(R2, -32));
+    insert.extend(stack_pointer(R3, -48));
+    insert.push(Insn::mov_imm(R4, NOEXIST));
+    insert.push(Insn::call(MAP_UPDATE_ELEM));
+    let add = [
+        Insn::mov_imm(R1, 1),
+        Insn::atomic_add64(R0, 0, R1),
+        Insn::atomic_add64(R0, 8, R7),
+        Insn::ja(insert.len() as i16),
+    ];
+    close.push(jeq_zero_over(&add));
+    close.extend(add);
+    close.extend(insert);
+    let mut delete = Insn::load_map(R1, starts).to_vec();
+    delete.extend(stack_pointer(R2, -8));
+    delete.push(Insn::call(MAP_DELETE_ELEM));
+    close.extend(delete);
+
+    // The open wait is this probe's: read it, time it, close it.
+    let mut opened = vec![
+        Insn::load64(R7, R0, 0),
+        Insn::load64(R8, R0, 8),
+        Insn::jne_imm(R8, probe as i32, close.len() as i16),
+    ];
+    opened.extend(close);
+
+    let mut code = head;
+    code.push(jeq_zero_over(&opened));
+    code.extend(opened);
+    code.extend(finish());
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every jump lands inside the program, and every path ends in `exit`.
+    fn well_formed(code: &[Insn]) {
+        for (at, insn) in code.iter().enumerate() {
+            if insn.code & 0x07 == 0x05 && insn.code != 0x85 && insn.code != 0x95 {
+                let target = at as i64 + 1 + i64::from(insn.off);
+                assert!(
+                    (0..code.len() as i64).contains(&target),
+                    "jump at {at} to {target} of {}",
+                    code.len()
+                );
+            }
+        }
+        assert_eq!(code.last().map(|i| i.code), Some(0x95));
+    }
+
+    #[test]
+    fn the_programs_jump_within_themselves() {
+        well_formed(&count(3, 1, false));
+        well_formed(&count(3, 1, true));
+        well_formed(&wait_entry(4, 7));
+        well_formed(&wait_exit(4, 5, 7));
+    }
+}

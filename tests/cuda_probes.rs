@@ -1,0 +1,206 @@
+//! The CUDA probes end to end: a real Python process drives the stub CUDA driver
+//! (crates/fake-cuda, copied as libcuda.so.1), the exporter attaches uprobes to that file and
+//! reports what the process asked of it: launches, copies, and the time its main thread spent
+//! waiting inside the driver. Without the probes' privilege (tests/kubernetes.rs runs the
+//! restricted variants) the source says unsupported.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::exposition::value;
+use common::{Reaped, Scenario, TempDir};
+
+/// Whether this test process may load BPF programs and open uprobe events: CAP_SYS_ADMIN, or
+/// CAP_BPF with CAP_PERFMON, in its effective set.
+fn may_probe() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:\t"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |bit: u32| effective & (1 << bit) != 0;
+    has(21) || (has(38) && has(39))
+}
+
+#[test]
+fn launches_copies_and_driver_waits_are_counted_per_process() {
+    let timelines = TempDir::new("timelines");
+    let scenario = Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
+        timelines.path().join("gpu0.timeline").display()
+    ));
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    // 50 kernels of 1 ms, then loss.item() (it waits about 50 ms inside the driver, spinning),
+    // then 50 ms of host sleep: the main thread is inside the driver about half the time.
+    let script = format!(
+        "import sys, time\nsys.path.insert(0, {workloads:?})\nimport emugpu\ngpu = emugpu.open_gpu(0)\n\
+         while True:\n    for _ in range(50):\n        gpu.launch(0.001)\n    gpu.item()\n    time.sleep(0.05)\n",
+        workloads = common::repo_root().join("workloads").to_string_lossy(),
+    );
+    let workload = Reaped(
+        Command::new("python3")
+            .args(["-c", &script])
+            .env("EMUGPU_DIR", timelines.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let pid = workload.0.id().to_string();
+    let with = |kind: &'static str| [("pid", pid.as_str()), ("kind", kind)];
+    if !may_probe() {
+        let page = exporter.metrics_when(|p| {
+            value(
+                p,
+                "gpu_exporter_signal_supported",
+                &[("signal", "cuda_probes")],
+            )
+            .is_some()
+        });
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_source_supported",
+                &[("source", "cuda")]
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&page, "gpu_process_cuda_launches_total", &with("kernel")),
+            None
+        );
+        return;
+    }
+    let page = exporter.metrics_when(|p| {
+        value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n >= 1000.0)
+            && value(
+                p,
+                "gpu_process_cuda_main_thread_wait_ratio",
+                &[("pid", &pid)],
+            )
+            .is_some_and(|r| r > 0.0)
+    });
+    assert_eq!(
+        value(&page, "gpu_exporter_source_up", &[("source", "cuda")]),
+        Some(1.0)
+    );
+    let launches = value(&page, "gpu_process_cuda_launches_total", &with("kernel")).unwrap();
+    let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
+    let copies = value(
+        &page,
+        "gpu_process_cuda_copies_total",
+        &direction("to_host"),
+    )
+    .unwrap();
+    // One scalar copied back per 50 launches (the item's own tiny kernel is a launch too).
+    assert!(
+        (launches / copies - 51.0).abs() <= 2.0,
+        "{launches} launches for {copies} copies back"
+    );
+    assert_eq!(
+        value(
+            &page,
+            "gpu_process_cuda_copy_bytes_total",
+            &direction("to_host")
+        ),
+        Some(4.0 * copies)
+    );
+    // Each item() waits about 50 ms inside the copy (to pageable memory), not in the stream
+    // sync after it.
+    let copy_wait = value(&page, "gpu_process_cuda_wait_seconds_total", &with("copy")).unwrap();
+    let stream_wait = value(
+        &page,
+        "gpu_process_cuda_wait_seconds_total",
+        &with("stream"),
+    )
+    .unwrap();
+    assert!(
+        copy_wait / copies > 0.02,
+        "{copy_wait} s in {copies} copies"
+    );
+    assert!(
+        stream_wait < copy_wait / 10.0,
+        "stream {stream_wait} s, copy {copy_wait} s"
+    );
+    let ratio = value(
+        &page,
+        "gpu_process_cuda_main_thread_wait_ratio",
+        &[("pid", &pid)],
+    )
+    .unwrap();
+    assert!(
+        (0.25..=0.75).contains(&ratio),
+        "main thread in the driver {ratio} of the time"
+    );
+    assert_eq!(
+        value(&page, "gpu_process_cuda_driving_threads", &[("pid", &pid)]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &page,
+            "gpu_exporter_signal_supported",
+            &[("signal", "cuda_probes")]
+        ),
+        None
+    );
+}
+
+#[test]
+fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
+    use gpu_bottleneck_exporter::snapshot::{
+        CudaThread, CudaTotals, GpuDevice, GpuProcess, GpuSnapshot, ProcessCuda, Snapshot,
+    };
+    let snapshot = Snapshot {
+        gpu: Some(GpuSnapshot {
+            nvml_up: true,
+            devices: vec![GpuDevice {
+                uuid: "GPU-cuda".into(),
+                up: true,
+                processes: [4242, 5151]
+                    .map(|pid| GpuProcess {
+                        pid,
+                        command: "python3".into(),
+                        ..GpuProcess::default()
+                    })
+                    .to_vec(),
+                ..GpuDevice::default()
+            }],
+            ..GpuSnapshot::default()
+        }),
+        // 5151 maps no driver the probes watch: no series of its own.
+        cuda: vec![ProcessCuda {
+            pid: 4242,
+            totals: CudaTotals {
+                launches: 120_000,
+                graph_launches: 30,
+                copies_to_device: 400,
+                bytes_to_device: 400 << 20,
+                copies_to_host: 400,
+                bytes_to_host: 1600,
+                wait_seconds: [12.5, 0.25, 0.0, 3.0],
+            },
+            threads: vec![
+                CudaThread { tid: 4243, launches_per_second: 1600.0, wait_ratio: 0.0 },
+                CudaThread { tid: 4242, launches_per_second: 800.0, wait_ratio: 0.62 },
+                CudaThread { tid: 4250, launches_per_second: 0.0, wait_ratio: 0.01 },
+            ],
+        }],
+        ..Snapshot::default()
+    };
+    let page = common::check_goldens("cuda", &common::render_pinned(&snapshot));
+    let of = |name: &str, labels: &[(&str, &str)]| value(&page, name, labels);
+    assert_eq!(of("gpu_process_cuda_launches_total", &[("pid", "4242"), ("kind", "graph")]), Some(30.0));
+    assert_eq!(of("gpu_process_cuda_wait_seconds_total", &[("pid", "4242"), ("kind", "stream")]), Some(12.5));
+    assert_eq!(of("gpu_process_cuda_main_thread_wait_ratio", &[("pid", "4242")]), Some(0.62));
+    // Two threads launched (the third only waited).
+    assert_eq!(of("gpu_process_cuda_driving_threads", &[("pid", "4242")]), Some(2.0));
+    assert_eq!(of("gpu_process_cuda_launches_total", &[("pid", "5151"), ("kind", "kernel")]), None);
+    let series: usize = page
+        .iter()
+        .filter(|f| f.name.starts_with("gpu_process_cuda_"))
+        .map(|f| f.samples.len())
+        .sum();
+    assert_eq!(series, 12, "a fixed set per process, none per kernel or call");
+}

@@ -72,8 +72,14 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         );
         return;
     }
+    // Kernel launches are counted in 10 ms windows about once a second (their trap is too dear
+    // to keep): the count is an estimate, there once a window has caught the loop launching.
+    let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let page = exporter.metrics_when(|p| {
-        value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n >= 1000.0)
+        value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n > 0.0)
+            && value(p, "gpu_process_cuda_driving_threads", &[("pid", &pid)]) == Some(1.0)
+            && value(p, "gpu_process_cuda_copies_total", &direction("to_host"))
+                .is_some_and(|n| n >= 20.0)
             && value(
                 p,
                 "gpu_process_cuda_main_thread_wait_ratio",
@@ -85,19 +91,12 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         value(&page, "gpu_exporter_source_up", &[("source", "cuda")]),
         Some(1.0)
     );
-    let launches = value(&page, "gpu_process_cuda_launches_total", &with("kernel")).unwrap();
-    let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let copies = value(
         &page,
         "gpu_process_cuda_copies_total",
         &direction("to_host"),
     )
     .unwrap();
-    // One scalar copied back per 50 launches (the item's own tiny kernel is a launch too).
-    assert!(
-        (launches / copies - 51.0).abs() <= 2.0,
-        "{launches} launches for {copies} copies back"
-    );
     assert_eq!(
         value(
             &page,
@@ -182,25 +181,67 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 wait_seconds: [12.5, 0.25, 0.0, 3.0],
             },
             threads: vec![
-                CudaThread { tid: 4243, launches_per_second: 1600.0, wait_ratio: 0.0 },
-                CudaThread { tid: 4242, launches_per_second: 800.0, wait_ratio: 0.62 },
-                CudaThread { tid: 4250, launches_per_second: 0.0, wait_ratio: 0.01 },
+                CudaThread {
+                    tid: 4243,
+                    launches_per_second: 1600.0,
+                    wait_ratio: 0.0,
+                },
+                CudaThread {
+                    tid: 4242,
+                    launches_per_second: 800.0,
+                    wait_ratio: 0.62,
+                },
+                CudaThread {
+                    tid: 4250,
+                    launches_per_second: 0.0,
+                    wait_ratio: 0.01,
+                },
             ],
         }],
         ..Snapshot::default()
     };
     let page = common::check_goldens("cuda", &common::render_pinned(&snapshot));
     let of = |name: &str, labels: &[(&str, &str)]| value(&page, name, labels);
-    assert_eq!(of("gpu_process_cuda_launches_total", &[("pid", "4242"), ("kind", "graph")]), Some(30.0));
-    assert_eq!(of("gpu_process_cuda_wait_seconds_total", &[("pid", "4242"), ("kind", "stream")]), Some(12.5));
-    assert_eq!(of("gpu_process_cuda_main_thread_wait_ratio", &[("pid", "4242")]), Some(0.62));
+    assert_eq!(
+        of(
+            "gpu_process_cuda_launches_total",
+            &[("pid", "4242"), ("kind", "graph")]
+        ),
+        Some(30.0)
+    );
+    assert_eq!(
+        of(
+            "gpu_process_cuda_wait_seconds_total",
+            &[("pid", "4242"), ("kind", "stream")]
+        ),
+        Some(12.5)
+    );
+    assert_eq!(
+        of(
+            "gpu_process_cuda_main_thread_wait_ratio",
+            &[("pid", "4242")]
+        ),
+        Some(0.62)
+    );
     // Two threads launched (the third only waited).
-    assert_eq!(of("gpu_process_cuda_driving_threads", &[("pid", "4242")]), Some(2.0));
-    assert_eq!(of("gpu_process_cuda_launches_total", &[("pid", "5151"), ("kind", "kernel")]), None);
+    assert_eq!(
+        of("gpu_process_cuda_driving_threads", &[("pid", "4242")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        of(
+            "gpu_process_cuda_launches_total",
+            &[("pid", "5151"), ("kind", "kernel")]
+        ),
+        None
+    );
     let series: usize = page
         .iter()
         .filter(|f| f.name.starts_with("gpu_process_cuda_"))
         .map(|f| f.samples.len())
         .sum();
-    assert_eq!(series, 12, "a fixed set per process, none per kernel or call");
+    assert_eq!(
+        series, 12,
+        "a fixed set per process, none per kernel or call"
+    );
 }

@@ -81,3 +81,12 @@ pub struct ProcessCuda {
     /// the threads that drive the GPU (empty on the first read).
     pub threads: Vec<CudaThread>,
 }
+
+/// What the CUDA probes saw of a process at one moment (a stack sample's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DriverView {
+    /// Its main thread was inside a driver wait.
+    pub thread_waits: bool,
+    /// Another of its threads was (the autograd engine's, a pin-memory thread's).
+    pub other_waits: bool,
+}

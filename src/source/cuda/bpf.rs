@@ -10,6 +10,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
@@ -19,7 +20,6 @@ const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
@@ -282,9 +282,11 @@ impl UprobePmu {
 }
 
 /// A program attached at `offset` of `file` (on return when `on_return`); detached on drop.
+/// Detaching is the only way to spare the traced threads the trap: a disabled event keeps its
+/// breakpoint in every process mapping the file.
 pub struct Attached {
-    event: OwnedFd,
-    _program: Program,
+    _event: OwnedFd,
+    _program: Arc<Program>,
 }
 
 impl Attached {
@@ -293,7 +295,7 @@ impl Attached {
         file: &Path,
         offset: u64,
         on_return: bool,
-        program: Program,
+        program: Arc<Program>,
     ) -> io::Result<Attached> {
         let path = CString::new(file.as_os_str().as_encoded_bytes()).map_err(io::Error::other)?;
         // struct perf_event_attr (PERF_ATTR_SIZE_VER5, 112 bytes): type, size; config;
@@ -335,19 +337,8 @@ impl Attached {
             }
         }
         Ok(Attached {
-            event,
+            _event: event,
             _program: program,
         })
-    }
-
-    /// Pauses or resumes the probe (a duty cycle for hot entry points).
-    pub fn set_enabled(&self, enabled: bool) {
-        let request = if enabled {
-            PERF_EVENT_IOC_ENABLE
-        } else {
-            PERF_EVENT_IOC_DISABLE
-        };
-        // SAFETY: an ioctl on our own event.
-        unsafe { libc::ioctl(self.event.as_raw_fd(), request, 0) };
     }
 }

@@ -9,6 +9,9 @@
 //!    `synchronize` or `item` (torch.cuda's and its streams' and events' synchronize are Python
 //!    functions), or — since `.item()`, `.cpu()`, `.tolist()` and `.numpy()` on a tensor are C
 //!    methods that leave no frame of their own — an innermost frame whose source line calls one.
+//!    A thread in `torch/autograd/graph.py` (`loss.backward()`, asleep while the autograd
+//!    engine's thread runs the pass) is judged by that thread: a sync while another thread of
+//!    the process is inside a driver wait, else **python** (the host work the pass is).
 //! 2. **collective**: a frame in `torch/distributed/`, or a function named `all_reduce`,
 //!    `all_gather`, `reduce_scatter`, `broadcast` or `barrier`.
 //! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), or in
@@ -16,7 +19,7 @@
 //! 4. **python**: none of these, and the thread was running (model, optimizer, launch code).
 //! 5. **other**: none of these, and the thread was idle (sleeping, blocked elsewhere).
 
-use crate::snapshot::Activity;
+use crate::snapshot::{Activity, DriverView};
 
 /// One frame as the classification needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,13 +69,13 @@ fn bare(function: &str) -> &str {
 
 /// Classifies one sample of a thread: `frames` innermost first, `active` whether py-spy saw
 /// it running, `innermost_line` the source text of the innermost frame's line when readable,
-/// `in_driver_wait` whether the CUDA probes saw the thread inside a driver wait at that moment
-/// (`None` where they do not watch the process).
+/// `driver` what the CUDA probes saw at that moment (`None` where they do not watch the
+/// process).
 pub fn classify(
     frames: &[FrameRef],
     active: bool,
     innermost_line: Option<&str>,
-    in_driver_wait: Option<bool>,
+    driver: Option<DriverView>,
 ) -> Activity {
     let named = |names: &[&str]| frames.iter().any(|f| names.contains(&bare(f.function)));
     let in_file = |parts: &[&str]| {
@@ -85,8 +88,16 @@ pub fn classify(
         SYNCING_CALLS.iter().any(|call| code.contains(call))
     });
     let inferred_sync = named(&["synchronize", "item"]) || line_syncs;
-    if in_driver_wait.unwrap_or(inferred_sync) {
+    // loss.backward(): the calling thread sleeps while the engine's thread runs the pass, so
+    // the sample stands for what that thread does: waiting inside the driver, or the host work
+    // (hooks, the engine's own C++, launches) the GPU waits for.
+    let in_backward = in_file(&["/torch/autograd/graph.py"]);
+    if driver.map_or(inferred_sync, |d| {
+        d.thread_waits || (in_backward && d.other_waits)
+    }) {
         Activity::GpuSync
+    } else if in_backward {
+        Activity::Python
     } else if named(&COLLECTIVES) || in_file(&["/torch/distributed/"]) {
         Activity::Collective
     } else if in_file(&[
@@ -147,17 +158,21 @@ mod tests {
     #[test]
     fn the_probes_observation_stands_against_the_line() {
         // A NaN check spins inside the driver under the job's own line.
+        let waits = DriverView {
+            thread_waits: true,
+            other_waits: false,
+        };
         let line = Some("        if torch.isnan(loss).any():");
         assert_eq!(classify(&[TRAIN], true, line, None), Activity::Python);
         assert_eq!(
-            classify(&[TRAIN], true, line, Some(true)),
+            classify(&[TRAIN], true, line, Some(waits)),
             Activity::GpuSync
         );
         // .tolist() of a host array reads like a sync; the thread is not in the driver.
         let host = Some("        recent = history.tolist()");
         assert_eq!(classify(&[TRAIN], true, host, None), Activity::GpuSync);
         assert_eq!(
-            classify(&[TRAIN], true, host, Some(false)),
+            classify(&[TRAIN], true, host, Some(DriverView::default())),
             Activity::Python
         );
         // A loader wait stays one.
@@ -166,7 +181,7 @@ mod tests {
             TRAIN,
         ];
         assert_eq!(
-            classify(&loader, false, None, Some(false)),
+            classify(&loader, false, None, Some(DriverView::default())),
             Activity::DataLoader
         );
     }

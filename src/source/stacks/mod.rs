@@ -127,7 +127,7 @@ impl Sampler {
     fn sample_one(&mut self, pid: u32, now: Instant, weight: f64) -> Option<Sample> {
         let traces = self.watched.get_mut(&pid)?.spy.get_stack_traces().ok()?;
         // Asked right after the read: the main thread's tid is the pid.
-        let in_driver_wait = self.waits_now.as_ref().and_then(|w| w.inside(pid, pid));
+        let driver = self.waits_now.as_ref().and_then(|w| w.view(pid));
         let main = traces.first()?;
         let innermost = main.frames.first();
         let line = innermost.and_then(|f| self.source_line(pid, &f.filename, f.line));
@@ -147,7 +147,7 @@ impl Sampler {
         Some(Sample {
             at: now,
             weight,
-            activity: classify(&frames, main.active, line.as_deref(), in_driver_wait),
+            activity: classify(&frames, main.active, line.as_deref(), driver),
             frame: quoted.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
     }

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""What the CUDA probes cost the training process: its step time with and without them.
+
+Usage: bench/probe_cost.py [EXPORTER_BINARY] [--seconds 10] [--rounds 2]
+
+Two loops on the emulated torch (workloads/emutorch, over the stub CUDA driver the probes
+attach to), each a step after another for --seconds per run:
+  launch-heavy  50 kernels per op call, 8 calls a step, a scalar read back every 20 steps:
+                tens of thousands of cuLaunchKernel calls a second, each probed;
+  sync-heavy    10 kernels of 0.2 ms and a loss.item() every step: a timed wait each.
+Each loop runs alone, beside the exporter with `sources.cuda` off, and beside it with the
+probes on, the three in turn --rounds times (the VM is shared: interleaving spreads its
+drift over all three). The probes' cost is the step time with them against the step time
+with the exporter without them; the exporter alone against nothing is its sampling's cost to
+the job. Run as root (the probes need CAP_BPF and CAP_PERFMON); needs `cargo build --release
+--workspace`.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from procstats import free_port, wait_for_url
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "workloads"))
+import emugpu  # noqa: E402
+
+LOOPS = {
+    "launch-heavy": """
+import time, torch
+torch.cuda.set_device(0)
+x = torch.empty(4096).to("cuda")
+steps, launches = 0, 0
+deadline = time.monotonic() + SECONDS
+started = time.monotonic()
+while time.monotonic() < deadline:
+    for _ in range(8):
+        torch._C._launch(2e-7, sm=0.3, count=50)
+    launches += 400
+    steps += 1
+    if steps % 20 == 0:
+        x.sum().item()
+elapsed = time.monotonic() - started
+print(elapsed / steps * 1e3, launches / elapsed)
+""",
+    "sync-heavy": """
+import time, torch
+torch.cuda.set_device(0)
+x = torch.empty(4096).to("cuda")
+steps = 0
+deadline = time.monotonic() + SECONDS
+started = time.monotonic()
+while time.monotonic() < deadline:
+    torch._C._launch(2e-4, sm=0.9, count=10)
+    x.sum().item()
+    steps += 1
+elapsed = time.monotonic() - started
+print(elapsed / steps * 1e3, steps / elapsed)
+""",
+}
+
+
+def exporter(binary, work, probes):
+    """The exporter on the emulated GPU of `work`, with or without the CUDA probes."""
+    port = free_port()
+    scenario = os.path.join(work, "scenario.yaml")
+    with open(scenario, "w") as f:
+        f.write(f"devices:\n  - uuid: GPU-bench\n    timeline: {work}/timelines/gpu0.timeline\n")
+    config = os.path.join(work, "config.yaml")
+    with open(config, "w") as f:
+        f.write(
+            f"listen_address: 127.0.0.1:{port}\nsample_interval: 1s\nsources:\n"
+            f"  gpu:\n    nvml_library: {ROOT}/target/release/libfake_nvml.so\n"
+            f"  cuda:\n    enabled: {'true' if probes else 'false'}\n"
+        )
+    process = subprocess.Popen(
+        [binary, "--config", config],
+        env={**os.environ, "FAKE_NVML_SCENARIO": scenario},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_url(f"http://127.0.0.1:{port}/metrics", 20)
+    return process
+
+
+def run_loop(body, work, seconds):
+    """(ms per step, rate) of one run of a loop."""
+    env = {
+        **os.environ,
+        "EMUGPU_DIR": os.path.join(work, "timelines"),
+        "EMUCUDA_DIR": os.path.join(work, "cuda"),
+        "PYTHONPATH": os.path.join(ROOT, "workloads", "emutorch"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", body.replace("SECONDS", str(seconds))],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    step_ms, rate = (float(v) for v in out.stdout.split())
+    return step_ms, rate
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("exporter", nargs="?", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="probe-cost-")
+    os.makedirs(os.path.join(work, "timelines"))
+    emugpu.install_libraries(os.path.join(ROOT, "target", "release"), os.path.join(work, "cuda"))
+    setups = [("alone", None), ("exporter, probes off", False), ("exporter, probes on", True)]
+    results = {(loop, name): [] for loop in LOOPS for name, _ in setups}
+    try:
+        for _ in range(args.rounds):
+            for loop, body in LOOPS.items():
+                for name, probes in setups:
+                    process = exporter(args.exporter, work, probes) if probes is not None else None
+                    try:
+                        time.sleep(2 if process else 0)  # past the exporter's start and first attach
+                        results[(loop, name)].append(run_loop(body, work, args.seconds))
+                    finally:
+                        if process:
+                            process.terminate()
+                            process.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'loop':14} {'setup':22} {'ms per step':>12} {'rate /s':>10} {'vs probes off':>14}")
+    for loop in LOOPS:
+        off = statistics.mean(s for s, _ in results[(loop, "exporter, probes off")])
+        for name, _ in setups:
+            step = statistics.mean(s for s, _ in results[(loop, name)])
+            rate = statistics.mean(r for _, r in results[(loop, name)])
+            print(f"{loop:14} {name:22} {step:12.3f} {rate:10.0f} {100 * (step / off - 1):+13.2f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+//! The maps' contents, decoded and folded into what each process and thread did. Pure.
+
+use std::collections::HashMap;
+
+use super::probes::{Counted, PROBES};
+use crate::snapshot::{CudaThread, CudaTotals, ProcessCuda};
+
+/// A (process, thread, probe) key of `counts` and `waits`.
+pub fn decode_key(key: &[u8]) -> Option<(u32, u32, usize)> {
+    let word = |i: usize| Some(u32::from_ne_bytes(key.get(i..i + 4)?.try_into().ok()?));
+    Some((word(0)?, word(4)?, word(8)? as usize))
+}
+
+/// A (hits, bytes or nanoseconds) value.
+pub fn decode_value(value: &[u8]) -> Option<(u64, u64)> {
+    let word = |i: usize| Some(u64::from_ne_bytes(value.get(i..i + 8)?.try_into().ok()?));
+    Some((word(0)?, word(8)?))
+}
+
+/// Per (process, thread, probe): cumulative hits and bytes (counts) or nanoseconds (waits).
+pub type Reading = HashMap<(u32, u32, usize), (u64, u64)>;
+
+fn is_launch(probe: usize) -> bool {
+    PROBES.get(probe).and_then(|p| p.counted) == Some(Counted::Launch)
+}
+
+/// What the kernel-launch probes, attached `window_seconds` of the `seconds` between two
+/// reads, saw: launches per second per (process, thread) while attached, and the launches of
+/// each process over the whole span, estimated. Pure.
+pub fn launches_between(
+    now: &Reading,
+    before: &Reading,
+    window_seconds: f64,
+    seconds: f64,
+) -> (HashMap<(u32, u32), f64>, HashMap<u32, f64>) {
+    let mut rates = HashMap::new();
+    let mut estimated = HashMap::new();
+    if window_seconds <= 0.0 {
+        return (rates, estimated);
+    }
+    for (&(pid, tid, probe), &(hits, _)) in now.iter().filter(|(k, _)| is_launch(k.2)) {
+        let old = before.get(&(pid, tid, probe)).map_or(0, |v| v.0);
+        let new = hits.saturating_sub(old) as f64;
+        *rates.entry((pid, tid)).or_insert(0.0) += new / window_seconds;
+        *estimated.entry(pid).or_insert(0.0) += new * seconds / window_seconds;
+    }
+    (rates, estimated)
+}
+
+/// Folds one read of the maps into per-process totals (launches as `launches` estimates
+/// them), and, against the previous read `seconds` before, the threads that used the driver
+/// in between (kernel launches at the rates `launch_rates` last measured). Pure.
+pub fn fold(
+    counts: &Reading,
+    waits: &Reading,
+    before: Option<(&Reading, &Reading, f64)>,
+    launch_rates: &HashMap<(u32, u32), f64>,
+    launches: &HashMap<u32, f64>,
+) -> Vec<ProcessCuda> {
+    let mut processes: HashMap<u32, ProcessCuda> = HashMap::new();
+    let mut threads: HashMap<(u32, u32), CudaThread> = HashMap::new();
+    fn totals(processes: &mut HashMap<u32, ProcessCuda>, pid: u32) -> &mut CudaTotals {
+        let process = processes.entry(pid).or_insert_with(|| ProcessCuda {
+            pid,
+            totals: CudaTotals::default(),
+            threads: Vec::new(),
+        });
+        &mut process.totals
+    }
+    fn thread(
+        threads: &mut HashMap<(u32, u32), CudaThread>,
+        pid: u32,
+        tid: u32,
+    ) -> &mut CudaThread {
+        threads.entry((pid, tid)).or_insert(CudaThread {
+            tid,
+            launches_per_second: 0.0,
+            wait_ratio: 0.0,
+        })
+    }
+    for (&pid, &estimate) in launches {
+        totals(&mut processes, pid).launches = estimate.round() as u64;
+    }
+    for (&(pid, tid), &rate) in launch_rates {
+        if rate > 0.0 {
+            thread(&mut threads, pid, tid).launches_per_second += rate;
+        }
+    }
+    for (&(pid, tid, probe), &(hits, bytes)) in counts {
+        let Some(counted) = PROBES.get(probe).and_then(|p| p.counted) else {
+            continue;
+        };
+        let totals = totals(&mut processes, pid);
+        match counted {
+            Counted::Launch => {}
+            Counted::GraphLaunch => {
+                totals.graph_launches += hits;
+                if let Some((previous, _, seconds)) = before.filter(|b| b.2 > 0.0) {
+                    let old = previous.get(&(pid, tid, probe)).map_or(0, |v| v.0);
+                    if hits > old {
+                        thread(&mut threads, pid, tid).launches_per_second +=
+                            (hits - old) as f64 / seconds;
+                    }
+                }
+            }
+            Counted::ToDevice => {
+                totals.copies_to_device += hits;
+                totals.bytes_to_device += bytes;
+            }
+            Counted::ToHost => {
+                totals.copies_to_host += hits;
+                totals.bytes_to_host += bytes;
+            }
+        }
+    }
+    for (&(pid, tid, probe), &(_, nanos)) in waits {
+        let Some(kind) = PROBES.get(probe).and_then(|p| p.wait) else {
+            continue;
+        };
+        totals(&mut processes, pid).wait_seconds[kind as usize] += nanos as f64 / 1e9;
+        if let Some((_, previous, seconds)) = before.filter(|b| b.2 > 0.0) {
+            let old = previous.get(&(pid, tid, probe)).map_or(0, |v| v.1);
+            if nanos > old {
+                thread(&mut threads, pid, tid).wait_ratio += (nanos - old) as f64 / 1e9 / seconds;
+            }
+        }
+    }
+    for ((pid, _), thread) in threads {
+        if let Some(process) = processes.get_mut(&pid) {
+            process.threads.push(CudaThread {
+                wait_ratio: thread.wait_ratio.min(1.0),
+                ..thread
+            });
+        }
+    }
+    let mut found: Vec<ProcessCuda> = processes.into_values().collect();
+    for process in &mut found {
+        process.threads.sort_by(|a, b| {
+            b.launches_per_second
+                .total_cmp(&a.launches_per_second)
+                .then(a.tid.cmp(&b.tid))
+        });
+    }
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::CudaWait;
+
+    fn number(symbol: &str) -> usize {
+        PROBES.iter().position(|p| p.symbol == symbol).unwrap()
+    }
+
+    #[test]
+    fn totals_add_up_by_kind_and_threads_are_what_changed_since_the_last_read() {
+        let launch = number("cuLaunchKernel");
+        let graph = number("cuGraphLaunch");
+        let to_host = number("cuMemcpyDtoHAsync_v2");
+        let stream = number("cuStreamSynchronize");
+        let before_counts = Reading::from([((7, 7, launch), (1000, 0)), ((7, 9, launch), (50, 0))]);
+        let before_waits = Reading::from([((7, 7, stream), (10, 2_000_000_000))]);
+        let counts = Reading::from([
+            ((7, 7, launch), (1040, 0)),
+            ((7, 9, launch), (50, 0)),
+            ((7, 9, graph), (4, 0)),
+            ((7, 7, to_host), (20, 80)),
+        ]);
+        let waits = Reading::from([
+            ((7, 7, stream), (30, 3_000_000_000)),
+            ((7, 7, to_host), (20, 500_000_000)),
+            ((8, 8, stream), (1, 1_000)),
+        ]);
+        // The launch probes were attached 40 ms of the 2 s: 40 launches then is 1,000 a second,
+        // 2,000 over the span.
+        let (rates, launches) = launches_between(&counts, &before_counts, 0.04, 2.0);
+        assert!((rates[&(7, 7)] - 1000.0).abs() < 1e-6 && rates[&(7, 9)] == 0.0);
+        assert!((launches[&7] - 2000.0).abs() < 1e-6);
+        let found = fold(
+            &counts,
+            &waits,
+            Some((&before_counts, &before_waits, 2.0)),
+            &rates,
+            &launches,
+        );
+        assert_eq!(found.len(), 2);
+        let p = &found[0];
+        assert_eq!((p.totals.launches, p.totals.graph_launches), (2000, 4));
+        assert_eq!((p.totals.copies_to_host, p.totals.bytes_to_host), (20, 80));
+        assert_eq!(p.totals.wait(CudaWait::Stream), 3.0);
+        assert_eq!(p.totals.wait(CudaWait::Copy), 0.5);
+        // The main thread waited 1 s in syncs and the whole copy wait it had not had before
+        // (0.5 s) of the 2: 0.75; thread 9 launched two graphs a second.
+        assert_eq!(p.threads[0].tid, 7);
+        assert!((p.threads[0].launches_per_second - 1000.0).abs() < 1e-6);
+        assert!((p.threads[0].wait_ratio - 0.75).abs() < 1e-9);
+        assert_eq!(
+            (p.threads[1].tid, p.threads[1].launches_per_second),
+            (9, 2.0)
+        );
+        // No window in the span: no launch rates, no estimate; the first read has no threads.
+        assert_eq!(
+            launches_between(&counts, &before_counts, 0.0, 2.0).1.len(),
+            0
+        );
+        let none = HashMap::new();
+        assert!(fold(&counts, &waits, None, &none, &HashMap::new())
+            .iter()
+            .all(|p| p.threads.is_empty()));
+    }
+
+    #[test]
+    fn keys_and_values_decode_as_the_programs_write_them() {
+        let mut key = Vec::new();
+        for word in [7u32, 9, 3, 0] {
+            key.extend(word.to_ne_bytes());
+        }
+        assert_eq!(decode_key(&key), Some((7, 9, 3)));
+        let mut value = 5u64.to_ne_bytes().to_vec();
+        value.extend(80u64.to_ne_bytes());
+        assert_eq!(decode_value(&value), Some((5, 80)));
+        assert_eq!(decode_key(&key[..6]), None);
+    }
+}

@@ -3,6 +3,7 @@ Written as PyTorch code (workloads/torch_loop.py) on the emulated torch."""
 import torch_loop
 
 GPUS = 1
+SKIP = torch_loop.probes_unavailable
 EXPECT = {0: "host_bound"}
 SPEC = {"sync": "none", "metrics": "tolist", "step_seconds": 0.03}
 

@@ -45,12 +45,14 @@ import truth  # noqa: E402
 from loopback import free_port  # noqa: E402
 
 # The subset the test command runs: one per family of signal (the GPU timeline's shape and
-# SM activity, the main thread, CUDA's blocking wait, the process table, a loader waiting on a
-# remote store), each decided well inside its time.
+# SM activity, the main thread, CUDA's blocking wait, a sync no Python line names (seen at the
+# CUDA driver), the process table, a loader waiting on a remote store), each decided well
+# inside its time.
 FAST = [
     "idle_holder",
     "host_bound_no_workers",
     "sync_stall_item_blocking",
+    "sync_stall_nan_check",
     "kernel_efficiency_tiny_kernels",
     "contention_two_jobs",
     "data_io_remote_store",

@@ -3,6 +3,7 @@ Written as PyTorch code (workloads/torch_loop.py) on the emulated torch."""
 import torch_loop
 
 GPUS = 1
+SKIP = torch_loop.probes_unavailable
 EXPECT = {0: "sync_stall"}
 SPEC = {"sync": "to", "upload": "pageable", "host_seconds": 0.025}
 

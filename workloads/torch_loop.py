@@ -51,6 +51,17 @@ DEFAULTS = {
 }
 
 
+def probes_unavailable():
+    """Why the exporter this runner starts cannot run its CUDA probes ("" when it can): they
+    need CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN, which the runner passes on to it. The
+    verdicts of the loops below rest on them (their waits have no Python frame of their own)."""
+    with open("/proc/self/status") as f:
+        effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    if effective & (1 << 21) or (effective & (1 << 38) and effective & (1 << 39)):
+        return ""
+    return "needs the CUDA probes (CAP_BPF and CAP_PERFMON: run as root)"
+
+
 def import_torch(real):
     """The real torch with --real, else the emulated one (workloads/emutorch first on the path)."""
     if not real:

@@ -6,6 +6,7 @@ any of them: the runner compares its attribution with the ground truth the loop 
 (`python3 workloads/run.py --random N --seed S`).
 
     python3 workloads/random_loop.py --describe 7     # the loop seed 7 draws, as JSON
+    python3 workloads/random_loop.py --describe 7 --family torch   # the same for the torch family
 """
 
 import json
@@ -20,6 +21,7 @@ import common
 import contention_cpu_hogs
 import data_io_cron_storm
 import emugpu
+import torch_loop
 
 # A loop of two ranks uses both; the runner gives each loop as many as it has ranks.
 GPUS = 2
@@ -56,6 +58,37 @@ def draw(seed):
         "straggler": round(rng.uniform(0.0, 0.05), 3),
     }
     return loop
+
+
+def draw_torch(seed):
+    """A loop of the torch family (workloads/torch_loop.py, on the emulated torch): the same
+    loader, step and host draws as draw(), and where it waits as real PyTorch code does —
+    loss.item(), a NaN check, `if loss > x`, mask indexing, `.to("cuda")` of pageable memory,
+    or no sync — with hooks on the backward thread and metric code reading host arrays drawn
+    too. One rank (collectives are NCCL's, issue 29)."""
+    rng = random.Random(seed)
+    loader = rng.choice(["local", "remote", "decode", "light"])
+    return {
+        "seed": seed,
+        "family": "torch",
+        "loader": loader,
+        "workers": rng.choice([0, 1, 2, 4]) if loader == "light" else rng.choice([1, 2, 4]),
+        "batch": rng.choice([8, 16, 32]),
+        "step_seconds": round(rng.uniform(0.02, 0.12), 3),
+        "kernels": rng.choice([4, 8, 32]),
+        "sm": round(rng.uniform(0.75, 0.95) if rng.random() < 0.75 else rng.uniform(0.1, 0.4), 2),
+        "sync": rng.choice(["item", "nan_check", "compare", "mask", "to", "none"]),
+        "sync_every": rng.choice([1, 1, 5, 10]),
+        "upload": rng.choice(["pinned", "pageable"]),
+        "metrics": rng.choice(["none", "none", "tolist"]),
+        "host_seconds": rng.choice([0.0, 0.0, round(rng.uniform(0.005, 0.06), 3)]),
+        "hook_seconds": rng.choice([0.0, 0.0, 0.0, round(rng.uniform(0.001, 0.01), 4)]),
+        "blocking": rng.random() < 0.2,
+        "latency": round(rng.uniform(0.005, 0.04), 3),
+        "blur": rng.choice([0.0, 1.5, 3.0]),
+        "disturbance": rng.choice(["none", "none", "none", "hogs"]),
+        "ranks": 1,
+    }
 
 
 def dataset(loop, data):
@@ -112,10 +145,18 @@ def second_job(args):
 
 
 def main(argv=None):
-    if len(sys.argv) == 3 and sys.argv[1] == "--describe":
-        print(json.dumps(draw(int(sys.argv[2])), indent=1))
+    if len(sys.argv) >= 3 and sys.argv[1] == "--describe":
+        family = draw_torch if sys.argv[3:] == ["--family", "torch"] else draw
+        print(json.dumps(family(int(sys.argv[2])), indent=1))
         return
-    args = common.arguments(__doc__, argv, extra=[("--loop-seed", int)])
+    args = common.arguments(__doc__, argv, extra=[("--loop-seed", int), ("--family", str)])
+    if args.family == "torch":
+        spec = draw_torch(args.loop_seed)
+        if spec["disturbance"] == "hogs":
+            # After 5 s, as draw()'s loops start theirs.
+            threading.Timer(5.0, contention_cpu_hogs.hogs, (args.seconds, HOGS)).start()
+        torch_loop.train(spec, args)
+        return
     loop = draw(args.loop_seed)
     loop["seconds"] = args.seconds
     if loop["disturbance"] == "second_job":

@@ -91,7 +91,7 @@ def scenario(gpus, timelines):
     return "devices:\n" + "\n".join(devices) + "\n"
 
 
-def config(port, library, window, min_duration):
+def config(port, library, window, min_duration, probes=True):
     return (
         f"listen_address: 127.0.0.1:{port}\n"
         "sample_interval: 1s\n"
@@ -99,6 +99,7 @@ def config(port, library, window, min_duration):
         "sources:\n"
         f"  gpu: {{nvml_library: {library}}}\n"
         "  kubernetes: {enabled: false}\n"
+        f"  cuda: {{enabled: {'true' if probes else 'false'}}}\n"
         f"  stacks: {{window: {window}s}}\n"
         "analysis:\n"
         f"  window: {window}s\n"
@@ -217,7 +218,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None):
         # The stub CUDA runtime and driver of the same build, under their real names.
         env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(library), os.path.join(work, "cuda"))
     with open(os.path.join(work, "config.yaml"), "w") as f:
-        f.write(config(port, library, args.window, args.min_duration))
+        f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
     env["EMUGPU_DIR"] = timelines
     log = open(os.path.join(work, "exporter.log"), "w")
     exporter = subprocess.Popen(
@@ -401,6 +402,10 @@ def main():
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
+    parser.add_argument("--family", default="classic", choices=["classic", "torch"],
+                        help="with --random: the loops of random_loop.draw (classic) or of draw_torch (written as PyTorch code)")
+    parser.add_argument("--without-probes", action="store_true",
+                        help="run the exporter with sources.cuda off (its verdicts as before the CUDA probes)")
     parser.add_argument("--loops", default="", help="with --random: only these of the N loops (comma-separated numbers, 0..N-1)")
     parser.add_argument("--json", help="also write the rows here (after every run)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")
@@ -420,12 +425,14 @@ def main():
         chosen = [int(n) for n in args.loops.split(",") if n] or range(args.random)
         for n in chosen:
             loop_seed = args.seed * 100_000 + n
-            loop = random_loop.draw(loop_seed)
+            torch = args.family == "torch"
+            loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
-            name = f"random {loop_seed} ({loop['loader']}, {loop['disturbance']}{ranks})"
+            form = f"{loop['sync']}, " if torch else ""
+            name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks})"
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
-            extra = ["--loop-seed", str(loop_seed)]
+            extra = ["--loop-seed", str(loop_seed)] + (["--family", "torch"] if torch else [])
             rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"])
             save(rows, args.json)
     else:

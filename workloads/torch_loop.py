@@ -124,7 +124,7 @@ def train(spec, args):
     torch.cuda.set_device(args.gpu)
     model = Model(torch, spec)
     optimizer_seconds = spec["step_seconds"] * 0.05
-    images = common.images_for(spec["loader"], args.data, args.seconds)
+    images = common.images_for(spec["loader"], args.data, args.seconds, spec.get("latency", 0.02), spec.get("blur", 0.0))
     loader = common.Loader(images, batch_size=spec["batch"], workers=spec["workers"])
     truth = common.Truth.mine()
     # The metric code's host-side history (a few million floats: its .tolist() is real work).

@@ -31,12 +31,12 @@ HOGS = 3
 STORM_WRITERS = 2
 
 
-def draw(seed):
-    """The loop of `seed`: a dict of everything that shapes it."""
-    rng = random.Random(seed)
+def shape(rng):
+    """What every family draws first, in this order (so that a seed draws the same loop as
+    before another family existed): the loader kind and its workers, the batch, the step time,
+    its kernels and their SM share."""
     loader = rng.choice(["local", "remote", "decode", "light"])
-    loop = {
-        "seed": seed,
+    return {
         "loader": loader,
         "workers": rng.choice([0, 1, 2, 4]) if loader == "light" else rng.choice([1, 2, 4]),
         "batch": rng.choice([8, 16, 32]),
@@ -44,6 +44,15 @@ def draw(seed):
         "kernels": rng.choice([4, 8, 32]),
         # Most steps fill the SMs; one in four is made of small kernels.
         "sm": round(rng.uniform(0.75, 0.95) if rng.random() < 0.75 else rng.uniform(0.1, 0.4), 2),
+    }
+
+
+def draw(seed):
+    """The loop of `seed`: a dict of everything that shapes it."""
+    rng = random.Random(seed)
+    loop = {
+        "seed": seed,
+        **shape(rng),
         "item_every": rng.choice([0, 1, 1, 5, 10]),
         "sync": rng.choice(["spin", "blocking"]),
         "host_seconds": rng.choice([0.0, 0.0, round(rng.uniform(0.005, 0.06), 3)]),
@@ -67,16 +76,10 @@ def draw_torch(seed):
     or no sync — with hooks on the backward thread and metric code reading host arrays drawn
     too. One rank (collectives are NCCL's, issue 29)."""
     rng = random.Random(seed)
-    loader = rng.choice(["local", "remote", "decode", "light"])
     return {
         "seed": seed,
         "family": "torch",
-        "loader": loader,
-        "workers": rng.choice([0, 1, 2, 4]) if loader == "light" else rng.choice([1, 2, 4]),
-        "batch": rng.choice([8, 16, 32]),
-        "step_seconds": round(rng.uniform(0.02, 0.12), 3),
-        "kernels": rng.choice([4, 8, 32]),
-        "sm": round(rng.uniform(0.75, 0.95) if rng.random() < 0.75 else rng.uniform(0.1, 0.4), 2),
+        **shape(rng),
         "sync": rng.choice(["item", "nan_check", "compare", "mask", "to", "none"]),
         "sync_every": rng.choice([1, 1, 5, 10]),
         "upload": rng.choice(["pinned", "pageable"]),

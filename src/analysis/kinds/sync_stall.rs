@@ -5,7 +5,10 @@
 //! Evidence: the GPU below `gpu_starved_below` while disk, the main thread, the workers and
 //! the host CPU are all far from busy (`quiet_below`: "neither side is busy"); bursts of idle
 //! samples (`idle_share`) support it; seen in the stacks, a main thread mostly synchronizing
-//! decides it however busy its core looks (CUDA's spin wait holds the core). Observed, its
+//! decides it however busy its core looks (CUDA's spin wait holds the core). With the CUDA
+//! probes a sample counts as synchronizing when the thread was inside a driver wait, whatever
+//! its line reads (`bool(t)`, a NaN check, `.to("cuda")` from pageable memory name no sync),
+//! and not when it was outside (`.tolist()` of a host array reads like one). Observed, its
 //! cost is the time the thread waited for a GPU that ran none of the job's work plus the
 //! Python that followed a sync on an empty queue (all of it where the thread waits at least as
 //! long as it runs Python, else in that proportion).

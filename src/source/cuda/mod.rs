@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::bpf::{Attached, Map, Program, UprobePmu};
-use self::libraries::cuda_driver;
+use self::libraries::{cuda_driver, MappedLibrary};
 use self::probes::{Counted, PROBES};
 use self::readings::{decode_key, decode_value, Reading};
 pub use self::readings::{fold, launches_between};
@@ -160,6 +160,10 @@ pub struct CudaSource {
     setup: Result<(Arc<Maps>, UprobePmu), String>,
     /// Per driver file (device, inode): its probes, or why it could not be probed.
     libraries: HashMap<(String, u64), Result<Library, String>>,
+    /// The driver files each GPU process maps, read from its maps once: a process NVML lists
+    /// holds a context, so its driver is mapped by then (a rank's maps run to thousands of
+    /// lines: not re-read every tick).
+    drivers_of: HashMap<u32, Vec<MappedLibrary>>,
     /// The GPU processes mapping a probed driver, shared with [`WaitsNow`].
     probed: Arc<Mutex<HashSet<u32>>>,
     previous: Option<(Reading, Reading, Duration)>,
@@ -189,6 +193,7 @@ impl CudaSource {
             procfs,
             setup,
             libraries: HashMap::new(),
+            drivers_of: HashMap::new(),
             probed: Arc::default(),
             previous: None,
             launch_windows: Arc::default(),
@@ -235,11 +240,16 @@ impl CudaSource {
     fn track_libraries(&mut self, pmu: UprobePmu, maps: &Maps, pids: &BTreeSet<u32>) {
         let mut mapped = HashSet::new();
         let mut probed = HashSet::new();
+        self.drivers_of.retain(|pid, _| pids.contains(pid));
         for &pid in pids {
-            let Ok(text) = std::fs::read_to_string(self.procfs.join(format!("{pid}/maps"))) else {
-                continue; // exited, or no ptrace access: its process source says which
-            };
-            for library in cuda_driver(&text) {
+            if !self.drivers_of.contains_key(&pid) {
+                let Ok(text) = std::fs::read_to_string(self.procfs.join(format!("{pid}/maps")))
+                else {
+                    continue; // exited, or no ptrace access: its process source says which
+                };
+                self.drivers_of.insert(pid, cuda_driver(&text));
+            }
+            for library in self.drivers_of[&pid].clone() {
                 let key = (library.device.clone(), library.inode);
                 if !self.libraries.contains_key(&key) {
                     let path = self

@@ -4,12 +4,13 @@
 Usage: bench/rank.py [--threads 128] [--workers 8] [--worker-threads 4] [--main-busy 0.0]
 
 Starts --threads - 1 extra threads (intra-op pool, autograd, NCCL, pin-memory stand-ins) that
-wake every 100 ms, and --workers data-loader worker processes forked from the main thread,
-each with --worker-threads threads of its own. With --main-busy F the main thread spins F of
+wake every 100 ms, and --workers data-loader worker processes forked from the main thread
+(named pt_data_worker, as PyTorch names them), each with --worker-threads threads of its own. With --main-busy F the main thread spins F of
 every 100 ms (a launch loop); otherwise it sleeps. Prints "ready" on stdout once every thread
 and worker is up, then runs until killed (SIGTERM or SIGKILL; workers die with it).
 """
 import argparse
+import ctypes
 import os
 import signal
 import sys
@@ -28,7 +29,9 @@ def idle_threads(count):
 
 
 def worker(threads):
-    # Die with the rank, as DataLoader workers do (they watch their parent).
+    # Named as the DataLoader names its workers; die with the rank, as they do (they watch
+    # their parent).
+    ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)  # PR_SET_NAME
     parent = os.getppid()
     idle_threads(threads - 1)
     while os.getppid() == parent:

@@ -658,6 +658,26 @@ fn least_privilege_signals_as_nobody_and_as_root_without_capabilities() {
             None,
             "{who}"
         );
+        // What the rank's sleeping workers wait on needs ptrace access too: unsupported, no
+        // series, and their sleep is taken for input as before (inferred).
+        assert_eq!(
+            value(
+                &page,
+                "gpu_exporter_signal_supported",
+                &[("signal", "worker_waits")]
+            ),
+            Some(0.0),
+            "{who}: a worker's system call needs ptrace access"
+        );
+        assert_eq!(
+            value(
+                &page,
+                "gpu_process_workers_asleep_on",
+                &[("pid", &rank_pid), ("on", "idle")]
+            ),
+            None,
+            "{who}"
+        );
         let source = |metric: &str, name: &str| value(&page, metric, &[("source", name)]);
         // The CUDA probes need CAP_BPF and CAP_PERFMON: unsupported in both runs, said so,
         // no series of theirs, and the verdicts above as the stacks and counters make them.

@@ -454,13 +454,15 @@ impl Drop for Tree {
 
 #[test]
 fn a_live_process_tree_agrees_with_proc_and_ps() {
-    // A parent with three CPU-burning children and one sleeping child, in its own group.
+    // A parent with three CPU-burning children and one asleep on a FIFO (its workers: forks
+    // running its executable), and `sleep`, another program (not a worker), in its own group.
+    let fifo = std::env::temp_dir().join(format!("gbe-live-tree-{}", std::process::id()));
+    let script = format!(
+        "mkfifo {0}; for i in 1 2 3; do (while :; do :; done) & done; (read x < {0}) & sleep 600 & wait",
+        fifo.display()
+    );
     let mut command = Command::new("setsid");
-    command.args([
-        "sh",
-        "-c",
-        "for i in 1 2 3; do (while :; do :; done) & done; sleep 600 & wait",
-    ]);
+    command.args(["sh", "-c", &script]);
     let tree = Tree(command.spawn().unwrap());
     let parent = tree.0.id();
     let scenario = Scenario::new(&format!("devices:\n  - uuid: GPU-live\n    processes:\n      - {{pid: {parent}, used_memory: 1000, sm: 5}}\n"));
@@ -469,8 +471,10 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
     let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let page = exporter.metrics_when(|p| {
         value(p, "gpu_process_workers", &labels) == Some(4.0)
+            && value(p, "gpu_process_other_children", &labels) == Some(1.0)
             && value(p, "gpu_process_workers_cpu_cores", &labels).is_some()
     });
+    let _ = std::fs::remove_file(&fifo);
 
     // The same moment from /proc and ps.
     let children: Vec<u32> =
@@ -487,9 +491,10 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
         .lines()
         .filter_map(|l| l.trim().chars().next())
         .collect();
-    assert_eq!(children.len(), 4, "/proc children: {children:?}");
-    assert_eq!(ps_states.len(), 4, "ps: {ps_states:?}");
-    let ps_sleeping = ps_states.iter().filter(|s| **s == 'S').count() as f64;
+    assert_eq!(children.len(), 5, "/proc children: {children:?}");
+    assert_eq!(ps_states.len(), 5, "ps: {ps_states:?}");
+    // `sleep` sleeps too, but is no worker.
+    let ps_sleeping = ps_states.iter().filter(|s| **s == 'S').count() as f64 - 1.0;
     let state = |s: &str| {
         value(
             &page,
@@ -609,4 +614,73 @@ fn others_are_measured_on_the_cpus_a_rank_may_run_on() {
     }];
     share_cpus(&mut first, &[(0, 0.9)]);
     assert_eq!(first[0].others_cpu_ratio, None);
+}
+
+#[test]
+fn sleeping_workers_are_told_by_what_they_wait_on_and_sidecars_are_not_workers() {
+    // A rank with three workers named as the DataLoader names them: one asleep in recv on a
+    // socket (remote input), one polling its index queue (a pipe), one in sleep(); and two
+    // sidecars that are no workers: a forkserver-like helper and `sleep`, another program.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: reading another process's system call needs ptrace access (root)");
+        return;
+    }
+    let script = r#"
+import ctypes, os, select, socket, subprocess, sys, time
+def worker(wait):
+    ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)
+    wait()
+    os._exit(0)
+ours, theirs = socket.socketpair()
+reader, writer = os.pipe()
+poller = select.poll()
+poller.register(reader, select.POLLIN)
+waits = [lambda: ours.recv(1), lambda: poller.poll(600_000), lambda: time.sleep(600)]
+for wait in waits:
+    if os.fork() == 0:
+        worker(wait)
+subprocess.Popen([sys.executable, "-c", "from multiprocessing.resource_tracker import main; import time; time.sleep(600)"])
+subprocess.Popen(["sleep", "600"])
+print("ready", flush=True)
+time.sleep(600)
+"#;
+    let mut command = Command::new("setsid");
+    command
+        .args(["python3", "-c", script])
+        .stdout(std::process::Stdio::piped());
+    let mut tree = Tree(command.spawn().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tree.0.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let parent = tree.0.id().to_string();
+    let scenario = Scenario::new(&format!("devices:\n  - uuid: GPU-live\n    processes:\n      - {{pid: {parent}, used_memory: 1000, sm: 5}}\n"));
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    let of = |page: &[common::exposition::Family], metric: &str, on: Option<&str>| {
+        let mut labels = vec![("pid", parent.as_str())];
+        labels.extend(on.map(|on| ("on", on)));
+        value(page, metric, &labels)
+    };
+    let page = exporter.metrics_when(|p| {
+        of(p, "gpu_process_workers_asleep_on", Some("remote")) == Some(1.0)
+            && of(p, "gpu_process_workers_asleep_on", Some("idle")) == Some(2.0)
+    });
+    assert_eq!(of(&page, "gpu_process_workers", None), Some(3.0));
+    assert_eq!(of(&page, "gpu_process_other_children", None), Some(2.0));
+    assert_eq!(
+        of(&page, "gpu_process_workers_asleep_on", Some("local_file")),
+        Some(0.0)
+    );
+    // Only signals that are not supported are listed.
+    assert_eq!(
+        value(
+            &page,
+            "gpu_exporter_signal_supported",
+            &[("signal", "worker_waits")]
+        ),
+        None
+    );
 }

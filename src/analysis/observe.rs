@@ -126,6 +126,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 workers_voluntary_switches: context.and_then(|c| c.workers.voluntary_switch_share),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),
                 workers_blkio: context.and_then(|c| c.workers.blkio_delay_ratio),
+                workers_asleep: context.and_then(|c| c.workers.asleep),
                 cgroup_throttled: context.and_then(|c| c.cgroup.as_ref()?.throttled_ratio),
                 numa_mismatch: context.and_then(|c| {
                     let node = device.numa_node?;

@@ -67,8 +67,9 @@ pub fn reason(reason: &Reason) -> String {
             others_hold,
             blocked,
             sleeping,
+            asleep_on_input,
         } => format!(
-            "the main thread waited for its loader in {} of the samples; its {workers:.0} workers computed {} ({} in system calls), waited for a CPU {}{}, were blocked {} and slept {} of the time",
+            "the main thread waited for its loader in {} of the samples; its {workers:.0} workers computed {} ({} in system calls), waited for a CPU {}{}, were blocked {} and slept {} of the time{}",
             percent(*seen),
             percent(*computing),
             percent(*in_kernel),
@@ -78,7 +79,11 @@ pub fn reason(reason: &Reason) -> String {
                 percent(o)
             )),
             percent(*blocked),
-            percent(*sleeping)
+            percent(*sleeping),
+            asleep_on_input.filter(|_| *sleeping >= 0.005).map_or(String::new(), |input| format!(
+                " ({} waiting for input, the rest on their own queues or nothing: seen in their system calls)",
+                percent(input)
+            ))
         ),
         Reason::Input {
             reader,

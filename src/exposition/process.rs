@@ -68,6 +68,9 @@ pub(super) fn process_context_families(
     let mut allowed = Family::new(&PROC_ALLOWED_CPUS);
     let mut numa = Family::new(&PROC_NUMA_MISMATCH);
     let mut workers = Family::new(&WORKERS);
+    let mut asleep_on = Family::new(&WORKERS_ASLEEP_ON);
+    let mut others = Family::new(&OTHER_CHILDREN);
+    let mut others_cpu = Family::new(&OTHER_CHILDREN_CPU);
     let mut workers_cpu = Family::new(&WORKERS_CPU);
     let mut workers_max = Family::new(&WORKERS_MAX_CPU);
     let mut workers_state = Family::new(&WORKERS_STATE);
@@ -127,7 +130,19 @@ pub(super) fn process_context_families(
             }
             let w = &c.workers;
             workers.add(&base, f64::from(w.count));
+            others.add(&base, f64::from(c.other_children.count));
+            if let Some(a) = w.asleep {
+                let idle = a.sampled - a.remote - a.local_file;
+                for (on, count) in [
+                    ("remote", a.remote),
+                    ("local_file", a.local_file),
+                    ("idle", idle),
+                ] {
+                    asleep_on.add(&and(&base, on), f64::from(count));
+                }
+            }
             let optional = [
+                (&mut others_cpu, c.other_children.cpu_cores),
                 (&mut workers_cpu, w.cpu_cores),
                 (&mut workers_max, w.max_cpu_ratio),
                 (&mut workers_blkio, w.blkio_delay_ratio),
@@ -193,6 +208,9 @@ pub(super) fn process_context_families(
         allowed,
         numa,
         workers,
+        asleep_on,
+        others,
+        others_cpu,
         workers_cpu,
         workers_max,
         workers_state,

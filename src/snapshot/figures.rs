@@ -4,7 +4,7 @@
 //! structs and the fold come from that one line, as `exposition/catalog.rs` does for metrics.
 //! `None` means the input is not available (never "0").
 
-use super::{Activity, Culprits, LinkLoad, MountLoad, ProcessStacks, Sharing};
+use super::{Activity, AsleepWorkers, Culprits, LinkLoad, MountLoad, ProcessStacks, Sharing};
 
 /// Declares the signals: `tick` fields exist per tick only, each `signals` line per tick and
 /// over the window (`name: tick type => fold -> window type`; the fold is a function of the
@@ -135,6 +135,8 @@ figures! {
         workers_disk_wait: Option<u32> => mean_count -> Option<f64>,
         /// Number of workers waiting for block I/O (delay accounting).
         workers_blkio: Option<f64> => mean -> Option<f64>,
+        /// What the sleeping workers were seen waiting on (`None` where it cannot be read).
+        workers_asleep: Option<AsleepWorkers> => summed -> Option<AsleepWorkers>,
         /// The GPU process's cgroup throttled-period share.
         cgroup_throttled: Option<f64> => mean -> Option<f64>,
         /// The GPU process or its workers run on another NUMA node than the GPU (over the
@@ -234,6 +236,20 @@ fn average(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 /// Mean of the values present.
 fn mean<'a>(values: impl Iterator<Item = &'a Option<f64>>) -> Option<f64> {
     average(values.copied())
+}
+
+/// The sleeping workers of the ticks where they were read, summed.
+fn summed<'a>(values: impl Iterator<Item = &'a Option<AsleepWorkers>>) -> Option<AsleepWorkers> {
+    values
+        .flatten()
+        .fold(None, |sum: Option<AsleepWorkers>, tick| {
+            let sum = sum.unwrap_or_default();
+            Some(AsleepWorkers {
+                sampled: sum.sampled + tick.sampled,
+                remote: sum.remote + tick.remote,
+                local_file: sum.local_file + tick.local_file,
+            })
+        })
 }
 
 /// Mean of a count.

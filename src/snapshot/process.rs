@@ -53,15 +53,21 @@ pub struct ProcessContext {
     pub own_cpu_ratio: Option<f64>,
     /// NUMA nodes the threads of the process and of its workers last ran on, sorted.
     pub numa_nodes: Vec<u32>,
-    /// The processes below it.
+    /// Its data-loader workers (`pt_data_worker`, or told by structure: see
+    /// source::process::children).
     pub workers: WorkerSummary,
-    /// Their process ids, as last discovered (to tell one job's processes from another's).
+    /// The processes below it that are not loader workers (wandb-core, compile workers, a
+    /// forkserver, ...), summed the same way: reported apart, so that idle sidecars do not
+    /// dilute the workers.
+    pub other_children: WorkerSummary,
+    /// Every process below it, as last discovered (to tell one job's processes from another's).
     pub descendants: Vec<u32>,
     /// Its cgroup, where readable.
     pub cgroup: Option<CgroupContext>,
 }
 
-/// The descendants of a GPU process, aggregated (cardinality stays one set per process).
+/// A set of descendants of a GPU process (its loader workers, or its other children),
+/// aggregated (cardinality stays one set per process).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerSummary {
     /// How many there are.
@@ -91,6 +97,40 @@ pub struct WorkerSummary {
     pub cpu_wait_ratio: Option<f64>,
     /// Bytes read from storage per second over the last interval, summed.
     pub read_bytes_per_second: Option<f64>,
+    /// What the sleeping ones were seen waiting on this tick (loader workers only; `None`
+    /// where their system calls cannot be read: no ptrace access).
+    pub asleep: Option<AsleepWorkers>,
+}
+
+/// What a sleeping loader worker was seen waiting on, from its blocking system call and the
+/// descriptor it names (least telling first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WaitTarget {
+    /// Its own queues (a pipe: the index queue, the result queue when full), a sleep, a lock:
+    /// no input. Back-pressure, or nothing to do.
+    Idle,
+    /// A file on a local filesystem.
+    LocalFile,
+    /// A socket, or a file on a network or FUSE mount: remote input.
+    Remote,
+}
+
+/// The sleeping loader workers of one tick, by what they waited on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AsleepWorkers {
+    /// Sleeping workers whose wait was read.
+    pub sampled: u32,
+    /// Of those, waiting for remote input.
+    pub remote: u32,
+    /// Waiting in a read of a local file.
+    pub local_file: u32,
+}
+
+impl WorkerSummary {
+    /// Their CPU over the last interval, in cores: none at all when there are none.
+    pub fn known_cpu_cores(&self) -> Option<f64> {
+        self.cpu_cores.or((self.count == 0).then_some(0.0))
+    }
 }
 
 /// The cgroup of a GPU process: owner and CPU throttling.

@@ -241,6 +241,9 @@ pub enum Reason {
         blocked: f64,
         /// Sleeping.
         sleeping: f64,
+        /// The part of the sleep seen waiting for input (a socket, a file) in their system
+        /// calls; `None` where those cannot be read (the sleep is then taken for input).
+        asleep_on_input: Option<f64>,
     },
     /// Where the input the loop waited for comes from.
     Input {

@@ -49,10 +49,22 @@ pub(super) fn split_loader(
     };
     let blocked = per_worker(blocked_workers).clamp(0.0, 1.0 - computing - wait_cpu);
     let sleeping = 1.0 - computing - wait_cpu - blocked;
+    // Of the sleep, what waited for input: observed in the sleepers' system calls (a socket,
+    // a file), the rest waits on the loader's own queues or on nothing (back-pressure: in
+    // order, one slow batch holds the loop while the others' slots are full) and costs the
+    // loop nothing itself. Where the calls cannot be read, a reader's sleep is taken for
+    // input (inferred).
+    let seen_asleep = w.workers_asleep.filter(|a| a.sampled >= MIN_ASLEEP_SEEN);
+    let (asleep_on_input, asleep_on_remote) = seen_asleep.map_or((sleeping, sleeping), |a| {
+        let of = |n: u32| sleeping * f64::from(n) / f64::from(a.sampled);
+        (of(a.remote + a.local_file), of(a.remote))
+    });
+    let active = 1.0 - (sleeping - asleep_on_input);
     // The workers' CPU side (computing and waiting for a CPU) is limited by the share of
     // their CPUs they get: others' share of it is contention. The job's own part splits into
     // reading (CPU in the kernel, and the waits after blocking: voluntary switches) and
-    // decoding (CPU in user space, and the waits after preemption).
+    // decoding (CPU in user space, and the waits after preemption). Each is a share of the
+    // workers' active time (all but their idle sleep).
     let others = cpu_taken_by_others(w, t);
     let own = 1.0 - others;
     let after_blocking = w.workers_voluntary_switches.unwrap_or(if computing > 0.0 {
@@ -60,48 +72,69 @@ pub(super) fn split_loader(
     } else {
         0.5
     });
-    let decoding = own * (computing - in_kernel + wait_cpu * (1.0 - after_blocking));
-    let reading = own * (in_kernel + wait_cpu * after_blocking) + blocked + sleeping;
-    let contended = (computing + wait_cpu) * others;
+    let reasons = Reason::LoaderWait {
+        seen,
+        workers,
+        computing,
+        in_kernel,
+        waiting_for_cpu: wait_cpu,
+        others_hold: (others > 0.0).then_some(others),
+        blocked,
+        sleeping,
+        asleep_on_input: seen_asleep.map(|_| asleep_on_input),
+    };
+    if active < MIN_ACTIVE {
+        // Every worker idles while the loop waits for them: what holds the batch is the
+        // loader's own side in the main process (the pin-memory thread, collation).
+        add(lost, Cause::Kind(Kind::DataCpu), share);
+        note(lost, seen, reasons);
+        return;
+    }
+    let decoding = own * (computing - in_kernel + wait_cpu * (1.0 - after_blocking)) / active;
+    let reading =
+        (own * (in_kernel + wait_cpu * after_blocking) + blocked + asleep_on_input) / active;
+    let contended = (computing + wait_cpu) * others / active;
     add(lost, Cause::Kind(Kind::DataCpu), share * decoding);
     add(lost, Cause::Kind(Kind::Contention), share * contended);
-    note(
-        lost,
-        seen,
-        Reason::LoaderWait {
-            seen,
-            workers,
-            computing,
-            in_kernel,
-            waiting_for_cpu: wait_cpu,
-            others_hold: (others > 0.0).then_some(others),
-            blocked,
-            sleeping,
-        },
-    );
+    note(lost, seen, reasons);
     let waiting = (share * reading, seen);
-    add_input(lost, w, t, waiting, (blocked, sleeping), Reader::Workers);
+    let local_waits = blocked + asleep_on_input - asleep_on_remote;
+    add_input(
+        lost,
+        w,
+        t,
+        waiting,
+        (local_waits, asleep_on_remote),
+        Reader::Workers,
+    );
 }
 
+/// Fewest sleeping workers whose waits were read over the window for them to decide.
+const MIN_ASLEEP_SEEN: u32 = 3;
+
+/// The share of the workers' time below which they are all idle.
+const MIN_ACTIVE: f64 = 0.05;
+
 /// Idle time spent waiting for input (`share`, the loader wait `seen` in that share of the
-/// samples): data_io, from local storage when the readers are `blocked` (uninterruptible, as
-/// a read from a disk blocks) at least as long as they sleep and the node's storage shows the
-/// load (or has no figures). Readers that mostly sleep wait on sockets or pipes: the node's
-/// disk load, if any, is someone else's. Readers blocked while the disks are quiet wait in a
-/// network or FUSE filesystem (their requests block uninterruptibly too).
+/// samples): data_io, from local storage when the readers wait on local files (`local`:
+/// blocked uninterruptibly, as a read from a disk blocks, or seen asleep in one) at least as
+/// long as on remote input (`remote`: seen asleep on a socket or a network or FUSE file, or,
+/// where that cannot be read, asleep at all) and the node's storage shows the load (or has no
+/// figures). Readers blocked while the disks are quiet wait in a network or FUSE filesystem
+/// (their requests block uninterruptibly too).
 fn add_input(
     lost: &mut LostTime,
     w: &WindowFigures,
     t: &Thresholds,
     (share, seen): (f64, f64),
-    (blocked, sleeping): (f64, f64),
+    (local, remote): (f64, f64),
     reader: Reader,
 ) {
     if share <= 0.0 {
         return;
     }
     add(lost, Cause::Kind(Kind::DataIo), share);
-    let local = blocked >= sleeping && storage_busy(w, t).unwrap_or(true);
+    let local = local >= remote && storage_busy(w, t).unwrap_or(true);
     let (source, remote) = if local {
         (InputSource::LocalStorage, RemoteSeen::default())
     } else {

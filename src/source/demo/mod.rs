@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use super::{Source, SourceError};
 use crate::snapshot::{
-    Activity, BusySummary, CgroupContext, CudaThread, CudaTotals, CudaWait, FrameShare, GpmMetrics,
-    GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot, GpuUtilization, NvLinkState, PcieLink,
-    PerActivity, PodRef, ProcessContext, ProcessCuda, ProcessStacks, RemappedRows, Snapshot,
-    WorkerSummary,
+    Activity, AsleepWorkers, BusySummary, CgroupContext, CudaThread, CudaTotals, CudaWait,
+    FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
+    GpuUtilization, NvLinkState, PcieLink, PerActivity, PodRef, ProcessContext, ProcessCuda,
+    ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -385,8 +385,23 @@ impl DemoSource {
                 blkio_delay_ratio: Some(if workers > 0 { blkio } else { 0.0 }),
                 read_bytes_per_second: Some(if workers > 0 { read_rate } else { 0.0 }),
                 cpu_wait_ratio: Some(if workers > 0 { 0.05 } else { 0.0 }),
+                // The two asleep read local files (storage-bound) or wait on their index
+                // queues (the others).
+                asleep: (workers > 0).then_some(AsleepWorkers {
+                    sampled: 2,
+                    remote: 0,
+                    local_file: if disk_wait > 0 { 2 } else { 0 },
+                }),
             },
-            descendants: (1..=workers).map(|w| pid + 1_000_000 + w).collect(),
+            // wandb-core and the torch.compile sidecar, idle between compiles.
+            other_children: WorkerSummary {
+                count: 2,
+                cpu_cores: Some(0.02),
+                system_cpu_cores: Some(0.005),
+                max_cpu_ratio: Some(0.015),
+                ..WorkerSummary::default()
+            },
+            descendants: (1..=workers + 2).map(|w| pid + 1_000_000 + w).collect(),
             cgroup: Some(CgroupContext {
                 pod_uid: pod,
                 container_id: format!("{:064x}", 0xde30_0000u64 + pid as u64),

@@ -11,21 +11,27 @@
 
 pub mod cgroup;
 mod cgroups;
+pub mod children;
+mod cpus;
 pub mod procfs;
 mod tree;
+pub mod waits;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use self::cgroups::CgroupReader;
+use self::cpus::read_cpu_nodes;
+pub use self::cpus::share_cpus;
 use self::procfs::Stat;
 use self::tree::TreeFinder;
+use self::waits::{WaitReader, WORKER_WAITS_SIGNAL};
 use super::host::cpu::USER_HZ;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::ProcessConfig;
-use crate::snapshot::{ProcessContext, Snapshot, WorkerSummary};
+use crate::snapshot::{AsleepWorkers, ProcessContext, Snapshot, WaitTarget, WorkerSummary};
 
 /// ESRCH: the process exited between finding it and reading one of its files.
 const ESRCH: i32 = 3;
@@ -97,6 +103,10 @@ pub struct ProcessSource {
     thread_passes: HashMap<(u32, u64), ThreadPass>,
     /// Whether an io file was refused for lack of privilege on this tick.
     io_denied: bool,
+    /// Where sleeping loader workers wait.
+    waits: WaitReader,
+    /// Whether a worker's system call was refused on this tick.
+    waits_denied: bool,
     /// Boot time in seconds since the epoch (`None` until looked at).
     boot_time: Option<Option<u64>>,
     cgroups: CgroupReader,
@@ -112,6 +122,8 @@ impl ProcessSource {
             ticks: HashMap::new(),
             thread_passes: HashMap::new(),
             io_denied: false,
+            waits: WaitReader::new(roots.procfs.clone()),
+            waits_denied: false,
             boot_time: None,
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
             roots,
@@ -210,7 +222,21 @@ impl ProcessSource {
 
         let (busiest, mut nodes) = self.threads(pid, key, now, fresh);
         let descendants = self.trees.descendants(pid, stat.starttime, now);
-        let workers = self.workers(&descendants, now, delay_accounting, fresh, &mut nodes);
+        let mut workers = self.workers(
+            &descendants.loaders,
+            now,
+            delay_accounting,
+            fresh,
+            &mut nodes,
+        );
+        workers.asleep = self.asleep(&descendants.loaders, now);
+        let others: Vec<u32> = descendants
+            .all
+            .iter()
+            .copied()
+            .filter(|d| !descendants.loaders.contains(d))
+            .collect();
+        let other_children = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
         let main_wait = since.and_then(|(seconds, before)| cpu_wait(&ticks, &before, seconds));
         let cpu_wait_ratio = main_wait.zip(workers.cpu_wait_ratio).map(|(m, w)| m + w);
@@ -241,7 +267,8 @@ impl ProcessSource {
             own_cpu_ratio: None,
             numa_nodes: nodes.into_iter().collect(),
             workers,
-            descendants,
+            other_children,
+            descendants: descendants.all,
             cgroup,
         }))
     }
@@ -331,6 +358,36 @@ impl ProcessSource {
         let mut nodes = pass.nodes.clone();
         nodes.extend(main_node);
         (busiest, nodes)
+    }
+
+    /// What the sleeping ones among `workers` wait on this tick; `None` when refused.
+    fn asleep(&mut self, workers: &[u32], now: Duration) -> Option<AsleepWorkers> {
+        let mut asleep = AsleepWorkers::default();
+        for &worker in workers {
+            let sleeping = read_stat(&self.proc_path(worker, "stat")).is_ok_and(|s| s.state == 'S');
+            if !sleeping {
+                continue;
+            }
+            match self.waits.target(worker, now) {
+                Ok(Some(target)) => {
+                    asleep.sampled += 1;
+                    match target {
+                        WaitTarget::Remote => asleep.remote += 1,
+                        WaitTarget::LocalFile => asleep.local_file += 1,
+                        WaitTarget::Idle => {}
+                    }
+                }
+                Ok(None) | Err(ReadError::Gone) => {}
+                Err(ReadError::Denied) => {
+                    self.waits_denied = true;
+                    return None;
+                }
+                Err(ReadError::Other(e)) => {
+                    tracing::debug!(error = %e, "a worker's wait could not be read");
+                }
+            }
+        }
+        Some(asleep)
     }
 
     fn workers(
@@ -431,29 +488,6 @@ fn numeric_entries(dir: &Path) -> Vec<u32> {
     ids
 }
 
-/// CPU → NUMA node from `<sysfs>/devices/system/node/node<N>/cpulist`.
-fn read_cpu_nodes(sysfs: &Path) -> HashMap<u32, u32> {
-    let mut map = HashMap::new();
-    let Ok(entries) = std::fs::read_dir(sysfs.join("devices/system/node")) else {
-        return map;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(node) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("node")?.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Ok(list) = std::fs::read_to_string(entry.path().join("cpulist")) {
-            for cpu in procfs::parse_cpu_list(&list).unwrap_or_default() {
-                map.insert(cpu, node);
-            }
-        }
-    }
-    map
-}
-
 impl Source for ProcessSource {
     /// It reads the GPU process list and the node's CPU busy share.
     fn after(&self) -> &'static [&'static str] {
@@ -469,6 +503,7 @@ impl Source for ProcessSource {
         let delay = self.delay_accounting();
         let mut fresh = HashMap::new();
         self.io_denied = false;
+        self.waits_denied = false;
         let mut contexts = Vec::new();
         let mut failures = Vec::new();
         for pid in pids.iter().copied() {
@@ -483,13 +518,20 @@ impl Source for ProcessSource {
         self.trees.retain(&pids);
         self.thread_passes.retain(|(pid, _), _| pids.contains(pid));
         self.cgroups.retain(&pids);
+        let workers: BTreeSet<u32> = contexts
+            .iter()
+            .flat_map(|c| c.descendants.iter().copied())
+            .collect();
+        self.waits.retain(|pid| workers.contains(&pid));
 
         snapshot.other_cpu_ratio = snapshot.cpu.as_ref().and_then(|cpu| {
             let rates = cpu.rates?;
             let cpus = f64::from(cpu.stat.cpu_count.max(1));
             let trees: Option<f64> = contexts
                 .iter()
-                .map(|c| Some(c.cpu_cores? + c.workers.cpu_cores?))
+                .map(|c| {
+                    Some(c.cpu_cores? + c.workers.cpu_cores? + c.other_children.known_cpu_cores()?)
+                })
                 .sum();
             Some(((rates.busy_ratio * cpus - trees?) / cpus).clamp(0.0, 1.0))
         });
@@ -499,6 +541,9 @@ impl Source for ProcessSource {
         snapshot.processes = contexts;
         if self.io_denied {
             snapshot.unsupported_signals.push(READ_BYTES_SIGNAL);
+        }
+        if self.waits_denied {
+            snapshot.unsupported_signals.push(WORKER_WAITS_SIGNAL);
         }
         snapshot.delay_accounting = delay;
         match failures.first() {
@@ -516,45 +561,4 @@ impl Source for ProcessSource {
 /// Seconds per second a task waited runnable for a CPU between two readings.
 fn cpu_wait(now: &Ticks, before: &Ticks, seconds: f64) -> Option<f64> {
     Some(now.cpu_wait_ns?.saturating_sub(before.cpu_wait_ns?) as f64 / 1e9 / seconds)
-}
-
-/// Splits the busy time of the CPUs each GPU process may run on between the GPU process trees
-/// and everyone else: a rank pinned to a few CPUs starves when others take those CPUs, however
-/// idle the rest of the node is. A tree's CPU time is spread evenly over the CPUs it may run
-/// on (the kernel does not say where it ran). Nothing is set while some tree's CPU use is
-/// still unknown (first tick), so that its CPU is never counted as someone else's.
-pub fn share_cpus(contexts: &mut [ProcessContext], busy_by_cpu: &[(u32, f64)]) {
-    let busy: BTreeMap<u32, f64> = busy_by_cpu.iter().copied().collect();
-    let known_cpus = |c: &ProcessContext| -> Vec<u32> {
-        c.allowed_cpus
-            .iter()
-            .copied()
-            .filter(|id| busy.contains_key(id))
-            .collect()
-    };
-    let mut trees: BTreeMap<u32, f64> = BTreeMap::new();
-    for c in contexts.iter() {
-        let (Some(main), Some(workers)) = (c.cpu_cores, c.workers.cpu_cores) else {
-            return;
-        };
-        let cpus = known_cpus(c);
-        for id in &cpus {
-            *trees.entry(*id).or_default() += (main + workers) / cpus.len() as f64;
-        }
-    }
-    for c in contexts.iter_mut() {
-        let cpus = known_cpus(c);
-        if cpus.is_empty() {
-            continue;
-        }
-        let count = cpus.len() as f64;
-        let (mut own, mut others) = (0.0, 0.0);
-        for id in &cpus {
-            let trees_here = trees.get(id).copied().unwrap_or(0.0).min(busy[id]);
-            own += trees_here;
-            others += busy[id] - trees_here;
-        }
-        c.own_cpu_ratio = Some((own / count).clamp(0.0, 1.0));
-        c.others_cpu_ratio = Some((others / count).clamp(0.0, 1.0));
-    }
 }

@@ -15,16 +15,25 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::children::{self, Descendant};
 use super::{numeric_entries, procfs, read, read_stat, ReadError};
 
 /// Every this many discoveries, every thread's `children` file is read, not only the leader's.
 pub const FULL_WALK_EVERY: u32 = 6;
 
+/// The processes below a GPU process, as last discovered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Descendants {
+    /// All of them, in breadth-first order: a parent before its children.
+    pub all: Vec<u32>,
+    /// The data-loader workers among them (see `children`).
+    pub loaders: Vec<u32>,
+}
+
 /// The known descendants of a GPU process.
 struct Tree {
     starttime: u64,
-    /// In breadth-first order: a parent before its children.
-    descendants: Vec<u32>,
+    descendants: Descendants,
     discovered_at: Duration,
     /// Discoveries since the last walk over every thread.
     since_full_walk: u32,
@@ -56,7 +65,7 @@ impl TreeFinder {
     }
 
     /// The descendants of `pid` (started at `starttime`), rediscovered when due.
-    pub fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Vec<u32> {
+    pub fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Descendants {
         let same_process = |tree: &&Tree| tree.starttime == starttime;
         if let Some(tree) = self.trees.get(&pid).filter(same_process) {
             if now.saturating_sub(tree.discovered_at) < self.discovery_interval {
@@ -67,14 +76,22 @@ impl TreeFinder {
         let full = known
             .as_ref()
             .is_none_or(|tree| tree.since_full_walk + 1 >= FULL_WALK_EVERY);
-        let descendants = match self.children_files {
+        let all = match self.children_files {
             Some(false) => self.by_scan(pid),
             _ if full => self.by_children(pid, true),
             _ => {
                 let mut found = self.by_children(pid, false);
-                self.keep_known(pid, &mut found, known.as_ref().map(|t| &t.descendants[..]));
+                self.keep_known(
+                    pid,
+                    &mut found,
+                    known.as_ref().map(|t| &t.descendants.all[..]),
+                );
                 found
             }
+        };
+        let descendants = Descendants {
+            loaders: self.loaders(pid, &all),
+            all,
         };
         self.trees.insert(
             pid,
@@ -90,6 +107,32 @@ impl TreeFinder {
             },
         );
         descendants
+    }
+
+    /// The loader workers among `all` (descendants of `root`), from their names, parents,
+    /// executables and command lines; one that exited meanwhile is left out.
+    fn loaders(&self, root: u32, all: &[u32]) -> Vec<u32> {
+        let exe = |pid: u32| {
+            std::fs::read_link(self.procfs.join(format!("{pid}/exe")))
+                .ok()
+                .map(|path| path.to_string_lossy().into_owned())
+        };
+        let found: Vec<Descendant> = all
+            .iter()
+            .filter_map(|&pid| {
+                let line = read(&self.procfs.join(format!("{pid}/stat"))).ok()?;
+                let stat = procfs::parse_stat(&line).ok()?;
+                let cmdline = read(&self.procfs.join(format!("{pid}/cmdline"))).unwrap_or_default();
+                Some(Descendant {
+                    pid,
+                    ppid: stat.ppid,
+                    comm: procfs::parse_comm(&line).unwrap_or_default().to_string(),
+                    exe: exe(pid),
+                    cmdline: cmdline.replace('\0', " "),
+                })
+            })
+            .collect();
+        children::loader_workers(exe(root).as_deref(), &found)
     }
 
     /// Keeps the previously known descendants a leader-only walk did not see (forked by
@@ -212,30 +255,32 @@ mod tests {
         let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
         let at = |n: u64| Duration::from_secs(5 * n);
         // First discovery: every thread's file.
-        assert_eq!(finder.descendants(100, 100, at(0)), vec![200, 300]);
+        assert_eq!(finder.descendants(100, 100, at(0)).all, vec![200, 300]);
         // Within the interval: the same answer, nothing read.
         assert_eq!(
-            finder.descendants(100, 100, at(0) + Duration::from_secs(1)),
+            finder
+                .descendants(100, 100, at(0) + Duration::from_secs(1))
+                .all,
             vec![200, 300]
         );
         // A leader-only walk finds 200; 300 is kept because its parent is still the rank.
         std::fs::write(root.join("100/task/101/children"), "").unwrap();
-        assert_eq!(finder.descendants(100, 100, at(1)), vec![200, 300]);
+        assert_eq!(finder.descendants(100, 100, at(1)).all, vec![200, 300]);
         // 300's pid reused by an unrelated process: dropped.
         write_proc(&root, 4242);
         std::fs::write(root.join("100/task/101/children"), "").unwrap();
-        assert_eq!(finder.descendants(100, 100, at(2)), vec![200]);
+        assert_eq!(finder.descendants(100, 100, at(2)).all, vec![200]);
         // A worker forked by thread 101 after the last full walk appears at the next one.
         write_proc(&root, 100);
         for n in 3..FULL_WALK_EVERY as u64 {
             assert_eq!(
-                finder.descendants(100, 100, at(n)),
+                finder.descendants(100, 100, at(n)).all,
                 vec![200],
                 "discovery {n}"
             );
         }
         assert_eq!(
-            finder.descendants(100, 100, at(FULL_WALK_EVERY as u64)),
+            finder.descendants(100, 100, at(FULL_WALK_EVERY as u64)).all,
             vec![200, 300]
         );
         std::fs::remove_dir_all(&root).unwrap();

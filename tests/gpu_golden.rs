@@ -101,10 +101,28 @@ fn gpu_node_and_missing_library_goldens() {
         "and nothing else of it is exported"
     );
     assert_eq!(gpu("gpu_up", "3"), Some(1.0), "the others keep answering");
-    // Samples every 167 ms after driver clock 2 s up to 4 s: k = 12..=23 of [100, 0, 0, 0].
-    assert_eq!(gpu("gpu_busy_samples", "1"), Some(12.0));
-    assert_eq!(gpu("gpu_busy_mean_ratio", "1"), Some(0.25));
-    assert_eq!(gpu("gpu_busy_idle_share_ratio", "1"), Some(0.75));
+    // Samples every 167 ms after driver clock 2 s up to 4 s: k = 12..=23 of [98, 99, 97].
+    assert_eq!(gpu("gpu_busy_samples", "0"), Some(12.0));
+    common::assert_close(gpu("gpu_busy_mean_ratio", "0"), 0.98);
+    assert_eq!(gpu("gpu_busy_idle_share_ratio", "0"), Some(0.0));
+    // In MIG mode NVML answers no utilization, rates or samples: absent, said so, not 0.
+    let feature = |index: &str, name: &str| {
+        value(
+            &f,
+            "gpu_feature_supported",
+            &[("gpu", index), ("feature", name)],
+        )
+    };
+    for index in ["1", "3"] {
+        assert_eq!(gpu("gpu_busy_samples", index), None, "GPU {index}");
+        assert_eq!(gpu("gpu_utilization_ratio", index), None, "GPU {index}");
+        assert_eq!(feature(index, "utilization"), Some(0.0), "GPU {index}");
+        assert_eq!(
+            feature(index, "utilization_samples"),
+            Some(0.0),
+            "GPU {index}"
+        );
+    }
     assert_eq!(gpu("gpu_pcie_link_generation", "1"), Some(3.0));
     assert_eq!(gpu("gpu_pcie_link_max_generation", "1"), Some(5.0));
     // What the peers export too: P-state, default power limit, fans, codecs, identity.

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import random
 import struct
+import sys
 import time
 
 from PIL import Image, ImageFilter
@@ -224,22 +225,52 @@ def _as_list(batch):
     return batch
 
 
-def _worker(images, indices, results):
+def name_process(name):
+    """Sets the calling thread's name (the process's comm when called on its main thread), as
+    PyTorch names its loader workers and threads."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def _worker(images, indices, results, named, heavy):
     random.seed(os.getpid())
+    if named:
+        name_process("pt_data_worker")
     while True:
         job = indices.get()
         if job is None:
             return
-        number, chosen = job
-        results.put((number, [images[i] for i in chosen]))
+        number, chosen, rounds = job
+        for _ in range(rounds):
+            batch = [images[i] for i in chosen]
+        results.put((number, batch))
 
 
 class Loader:
     """Endless batches of `images`, shaped like DataLoader(num_workers=workers,
-    prefetch_factor=2, shuffle=True)."""
+    prefetch_factor=2, shuffle=True). By default the classic stand-in: persistent workers,
+    batches delivered as they come. As torch's DataLoader does: `named` workers
+    (pt_data_worker), delivery `in_order` (round-robin, at most prefetch_factor × workers
+    outstanding: one slow batch holds the loop while the other workers, their slots full,
+    idle), workers replaced every epoch unless `persistent`; `heavy_every` N makes every Nth
+    batch cost `heavy` times the others (a long clip, a large image)."""
 
-    def __init__(self, images, batch_size, workers, use_torch=None):
+    def __init__(
+        self,
+        images,
+        batch_size,
+        workers,
+        use_torch=None,
+        named=False,
+        in_order=False,
+        persistent=True,
+        heavy_every=0,
+        heavy=4,
+    ):
         self.images, self.batch_size, self.workers = images, batch_size, workers
+        self.named, self.in_order, self.persistent = named, in_order, persistent
+        self.heavy_every, self.heavy = heavy_every, heavy
         if use_torch is None:
             try:
                 import torch.utils.data  # noqa: F401
@@ -257,7 +288,9 @@ class Loader:
         elif self.use_torch:
             yield from self._torch()
         else:
-            yield from self._processes()
+            while True:
+                # An epoch; persistent workers never end one.
+                yield from self._processes(None if self.persistent else len(self.images) // self.batch_size)
 
     def _torch(self):
         import torch.utils.data
@@ -268,19 +301,20 @@ class Loader:
             shuffle=True,
             num_workers=self.workers,
             collate_fn=_as_list,
-            persistent_workers=True,
+            persistent_workers=self.persistent,
             prefetch_factor=2,
             multiprocessing_context="fork",
         )
         while True:
             yield from loader
 
-    def _processes(self):
+    def _processes(self, batches):
+        """`batches` batches (endless with None) from workers started for them."""
         context = multiprocessing.get_context("fork")
         results = context.Queue()
         queues = [context.Queue() for _ in range(self.workers)]
         workers = [
-            context.Process(target=_worker, args=(self.images, q, results), daemon=True)
+            context.Process(target=_worker, args=(self.images, q, results, self.named, self.heavy), daemon=True)
             for q in queues
         ]
         for w in workers:
@@ -289,15 +323,27 @@ class Loader:
 
         def send():
             nonlocal sent
+            if batches is not None and sent >= batches:
+                return
             chosen = random.sample(range(len(self.images)), self.batch_size)
-            queues[sent % self.workers].put((sent, chosen))
+            rounds = self.heavy if self.heavy_every and sent % self.heavy_every == 0 else 1
+            queues[sent % self.workers].put((sent, chosen, rounds))
             sent += 1
 
+        arrived = {}
         try:
             for _ in range(2 * self.workers):
                 send()
-            while True:
-                _, batch = results.get()
+            delivered = 0
+            while batches is None or delivered < batches:
+                if self.in_order:
+                    while delivered not in arrived:
+                        number, batch = results.get()
+                        arrived[number] = batch
+                    batch = arrived.pop(delivered)
+                else:
+                    _, batch = results.get()
+                delivered += 1
                 send()
                 yield batch
         finally:
@@ -307,6 +353,29 @@ class Loader:
                 w.join(timeout=1)
                 if w.is_alive():
                     w.terminate()
+
+
+def sidecars(work, compile_workers=2):
+    """Starts the children a real training process has beside its loader, all idle: wandb-core
+    (its own executable), the torch.compile sidecar with its pool of `compile_workers`, and
+    multiprocessing's forkserver with its resource_tracker. Returns the processes started
+    directly (the forkserver lives as long as this process)."""
+    import shutil
+    import subprocess
+
+    wandb = os.path.join(work, "wandb", "bin")
+    os.makedirs(wandb, exist_ok=True)
+    core = os.path.join(wandb, "wandb-core")
+    shutil.copy(shutil.which("sleep"), core)
+    started = [subprocess.Popen([core, "100000"])]
+    sidecar = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emutorch", "torch", "_inductor", "compile_worker", "__main__.py")
+    started.append(subprocess.Popen([sys.executable, sidecar, f"--workers={compile_workers}", f"--parent={os.getpid()}"]))
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload([])
+    helper = forkserver.Process(target=time.sleep, args=(0,))
+    helper.start()
+    helper.join()
+    return started
 
 
 # -- the host and the GPU ---------------------------------------------------------------------

@@ -75,8 +75,24 @@ def workloads():
     return found
 
 
-def scenario(gpus, timelines):
-    """A node of emulated H100s, each answering from its timeline file."""
+# The device families the loops run on, as the fake NVML answers for them: Hopper (GPM: SM
+# activity, occupancy, tensor and DRAM), Ampere (no GPM: A100, A10, L4, L40S have none) and
+# an A100 in MIG mode (no utilization, no samples, no per-process utilization at all).
+FAMILIES = {
+    "hopper": [],
+    "ampere": ["    name: NVIDIA A100-SXM4-80GB", "    architecture: 7"],
+    "mig": [
+        "    name: NVIDIA A100-SXM4-80GB",
+        "    architecture: 7",
+        "    mig_mode: true",
+        "    mig:",
+        "      - {{uuid: MIG-e0000000-0000-4000-8000-00000000000{i}, gpu_instance_id: 1, memory_total: 42949672960}}",
+    ],
+}
+
+
+def scenario(gpus, timelines, family="hopper"):
+    """A node of emulated GPUs of one family, each answering from its timeline file."""
     devices = []
     for i in range(gpus):
         devices.append(
@@ -86,6 +102,7 @@ def scenario(gpus, timelines):
                     f"    pci_bus_id: '00000000:{0x17 + i:02X}:00.0'",
                     f"    timeline: {os.path.join(timelines, f'gpu{i}.timeline')}",
                 ]
+                + [line.format(i=i) for line in FAMILIES[family]]
             )
         )
     return "devices:\n" + "\n".join(devices) + "\n"
@@ -192,11 +209,13 @@ def held_for_a_window(history, expected, window):
     return True
 
 
-def run_one(name, module, args, extra=(), hogs=None, gpus=None):
+def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     """Runs one workload; returns a result row per expected GPU. `extra` are more arguments
     for the workload; `hogs` overrides the module's CPU_HOGS (how many CPU hogs it runs) for
-    the ground truth, `gpus` its GPUS (how many GPUs it uses)."""
+    the ground truth, `gpus` its GPUS (how many GPUs it uses), `family` its DEVICE (the
+    device family it runs on, hopper by default; --device overrides both)."""
     gpus = gpus or module.GPUS
+    family = args.device or family or getattr(module, "DEVICE", "hopper")
     if args.real and gpus > args.real_gpus:
         return skipped(name, module, f"needs {gpus} GPUs, this node has {args.real_gpus}")
     # A workload that builds a real network path says what it needs that is missing.
@@ -213,7 +232,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None):
     else:
         library = args.nvml_library
         with open(os.path.join(work, "scenario.yaml"), "w") as f:
-            f.write(scenario(gpus, timelines))
+            f.write(scenario(gpus, timelines, family))
         env["FAKE_NVML_SCENARIO"] = os.path.join(work, "scenario.yaml")
         # The stub CUDA runtime and driver of the same build, under their real names.
         env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(library), os.path.join(work, "cuda"))
@@ -400,6 +419,7 @@ def main():
     parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))
+    parser.add_argument("--device", choices=sorted(FAMILIES), help="run every workload on this device family (default: each its own, hopper)")
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
     parser.add_argument("--family", default="classic", choices=["classic", "torch"],

@@ -21,7 +21,12 @@ A spec (a dict) says how the loop syncs:
 and what the step costs: "step_seconds" of kernels ("kernels" of them, a third forward),
 "sm", "host_seconds" of Python on the main thread before the step's first kernel, "hook_seconds" of Python per backward node
 on the engine's thread (DDP-style hooks, custom autograd Functions), "loader" and "workers" as
-random_loop draws them.
+random_loop draws them; how the loader delivers, as torch's DataLoader does: "named" workers
+(pt_data_worker), "in_order" delivery, "persistent" workers (else replaced every epoch),
+"heavy_every" N (every Nth batch costs "heavy" times the others); "sidecars": idle children beside the loader
+(wandb-core, the torch.compile pool, a forkserver); "prefetcher": a thread and a
+queue.Queue(2) in front of the loader; "off_main": the training function on a thread of its
+own while the main thread joins it (Ray Train).
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -48,6 +53,14 @@ DEFAULTS = {
     "workers": 2,
     "batch": 16,
     "blocking": False,
+    "named": True,
+    "in_order": True,
+    "persistent": True,
+    "heavy_every": 0,
+    "heavy": 4,
+    "sidecars": False,
+    "prefetcher": False,
+    "off_main": False,
 }
 
 
@@ -123,15 +136,61 @@ def train(spec, args):
         common.blocking_sync(args.gpu, args.real)
     torch.cuda.set_device(args.gpu)
     model = Model(torch, spec)
-    optimizer_seconds = spec["step_seconds"] * 0.05
     images = common.images_for(spec["loader"], args.data, args.seconds, spec.get("latency", 0.02), spec.get("blur", 0.0))
-    loader = common.Loader(images, batch_size=spec["batch"], workers=spec["workers"])
+    loader = common.Loader(
+        images,
+        batch_size=spec["batch"],
+        workers=spec["workers"],
+        named=spec["named"],
+        in_order=spec["in_order"],
+        persistent=spec["persistent"],
+        heavy_every=spec["heavy_every"],
+        heavy=spec["heavy"],
+    )
+    if spec["sidecars"]:
+        common.sidecars(os.path.join(os.environ.get("EMUGPU_DIR") or "/tmp", "sidecars"))
+    batches = thread_prefetcher(iter(loader)) if spec["prefetcher"] else iter(loader)
+    if spec["off_main"]:
+        return on_a_thread(loop, torch, spec, args, model, batches)
+    return loop(torch, spec, args, model, batches)
+
+
+def thread_prefetcher(batches, depth=2):
+    """Batches fetched ahead by a thread into a queue.Queue(depth), as hand-written prefetchers
+    (and CUDA-stream prefetchers) do: the loop waits in the queue, not in the loader."""
+    import queue
+    import threading
+
+    ahead = queue.Queue(depth)
+
+    def fill():
+        for batch in batches:
+            ahead.put(batch)
+
+    threading.Thread(target=fill, name="prefetcher", daemon=True).start()
+    while True:
+        yield ahead.get()
+
+
+def on_a_thread(loop, *args):
+    """Runs the training function on a thread of its own, the main thread joining it (Ray
+    Train's PropagatingThread)."""
+    import threading
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(loop(*args)), name="train")
+    worker.start()
+    worker.join()
+    return result[0] if result else 0
+
+
+def loop(torch, spec, args, model, batches):
+    optimizer_seconds = spec["step_seconds"] * 0.05
     truth = common.Truth.mine()
     # The metric code's host-side history (a few million floats: its .tolist() is real work).
     history = array.array("f", bytes(4 << 21)) if spec["metrics"] == "tolist" else None
     deadline = time.monotonic() + args.seconds
     steps = 0
-    batches = iter(loader)
     losses = None
     while time.monotonic() < deadline:
         batch = truth.timed(common.LOADER, next, batches)

@@ -153,6 +153,9 @@ fn lost_over_window(
     let mut tick = WindowFigures::over(&[now]);
     tick.job_gap = window.job_gap;
     tick.collective_busy_cap = window.collective_busy_cap;
+    // A tick sees a few sleeping workers at most: what their sleep waits on is read over the
+    // window.
+    tick.workers_asleep = window.workers_asleep;
     // The tick is attributed by where the main thread was lately, not over the whole stacks
     // window: a cause that starts mid-window shows in the ticks after it.
     if let Some(stacks) = tick

@@ -41,6 +41,12 @@ fn processes_of(d: &Device) -> Result<Vec<Process>, nvmlReturn_t> {
         .collect())
 }
 
+/// Whether MIG mode is on: utilization rates, samples and per-process utilization are then
+/// not supported (NVML reference), whatever the GPU.
+fn mig_on(d: &Device) -> bool {
+    d.mig_mode == Some(true)
+}
+
 /// Whether the device has GPM: a scenario says so, an emulated Hopper or later has it.
 fn has_gpm(d: &Device) -> bool {
     d.gpm.is_some() || (d.timeline.is_some() && d.architecture >= 9)
@@ -56,6 +62,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     rates: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetUtilizationRates", |d| {
+        if mig_on(d) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
         // The real driver reports the last sample period (1/6 s to 1 s); emulated: 1 s.
         let now = now_ns();
         let (gpu, memory) = match emulated(d, now - SECOND_NS) {
@@ -126,6 +135,9 @@ pub unsafe extern "C" fn nvmlDeviceGetSamples(
     samples: *mut nvmlSample_t,
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetSamples", |d| {
+        if mig_on(d) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
         if kind != nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES
             && kind != nvmlSamplingType_enum_NVML_MEMORY_UTILIZATION_SAMPLES
         {
@@ -167,6 +179,9 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     last_seen: c_ulonglong,
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetProcessUtilization", |d| {
+        if mig_on(d) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+        }
         if count.is_null() {
             return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
         }

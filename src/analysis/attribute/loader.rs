@@ -72,6 +72,12 @@ pub(super) fn split_loader(
     } else {
         0.5
     });
+    // Voluntary switches come from every sleep: where the sleep was seen, only its input part
+    // is a read's.
+    let after_blocking = match seen_asleep {
+        Some(_) if sleeping > 0.0 => after_blocking * asleep_on_input / sleeping,
+        _ => after_blocking,
+    };
     let reasons = Reason::LoaderWait {
         seen,
         workers,

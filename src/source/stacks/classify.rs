@@ -14,8 +14,11 @@
 //!    the process is inside a driver wait, else **python** (the host work the pass is).
 //! 2. **collective**: a frame in `torch/distributed/`, or a function named `all_reduce`,
 //!    `all_gather`, `reduce_scatter`, `broadcast` or `barrier`.
-//! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), or in
-//!    `multiprocessing/queues.py` or `multiprocessing/connection.py` (a loader's result queue).
+//! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), in
+//!    `multiprocessing/queues.py` or `multiprocessing/connection.py` (a loader's result queue),
+//!    or in the standard library's `queue.py` (a queue fed by a thread of the process's own: a
+//!    thread prefetcher, the pin-memory thread; a training loop's main thread waits on no
+//!    other in-process queue).
 //! 4. **python**: none of these, and the thread was running (model, optimizer, launch code).
 //! 5. **other**: none of these, and the thread was idle (sleeping, blocked elsewhere).
 
@@ -104,6 +107,7 @@ pub fn classify(
         "/torch/utils/data/",
         "/multiprocessing/queues.py",
         "/multiprocessing/connection.py",
+        "/queue.py",
     ]) {
         Activity::DataLoader
     } else if active {
@@ -198,6 +202,17 @@ mod tests {
             TRAIN,
         ];
         assert_eq!(classify(&loader, false, None, None), Activity::DataLoader);
+        // A thread prefetcher: the main thread waits in queue.Queue.get, fed by its thread.
+        let prefetched = [
+            frame("Condition.wait", "/usr/lib/python3.12/threading.py"),
+            frame("Queue.get", "/usr/lib/python3.12/queue.py"),
+            frame("thread_prefetcher", "/job/train.py"),
+            TRAIN,
+        ];
+        assert_eq!(
+            classify(&prefetched, false, None, None),
+            Activity::DataLoader
+        );
         let torch_loader = [
             frame(
                 "_MultiProcessingDataLoaderIter._next_data",

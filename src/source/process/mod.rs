@@ -222,21 +222,21 @@ impl ProcessSource {
 
         let (busiest, mut nodes) = self.threads(pid, key, now, fresh);
         let descendants = self.trees.descendants(pid, stat.starttime, now);
-        let mut workers = self.workers(
+        let (mut workers, sleeping) = self.workers(
             &descendants.loaders,
             now,
             delay_accounting,
             fresh,
             &mut nodes,
         );
-        workers.asleep = self.asleep(&descendants.loaders, now);
+        workers.asleep = self.asleep(&sleeping, now);
         let others: Vec<u32> = descendants
             .all
             .iter()
             .copied()
             .filter(|d| !descendants.loaders.contains(d))
             .collect();
-        let other_children = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
+        let (other_children, _) = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
         let main_wait = since.and_then(|(seconds, before)| cpu_wait(&ticks, &before, seconds));
         let cpu_wait_ratio = main_wait.zip(workers.cpu_wait_ratio).map(|(m, w)| m + w);
@@ -360,14 +360,10 @@ impl ProcessSource {
         (busiest, nodes)
     }
 
-    /// What the sleeping ones among `workers` wait on this tick; `None` when refused.
-    fn asleep(&mut self, workers: &[u32], now: Duration) -> Option<AsleepWorkers> {
+    /// What the `sleeping` workers wait on this tick; `None` when refused.
+    fn asleep(&mut self, sleeping: &[u32], now: Duration) -> Option<AsleepWorkers> {
         let mut asleep = AsleepWorkers::default();
-        for &worker in workers {
-            let sleeping = read_stat(&self.proc_path(worker, "stat")).is_ok_and(|s| s.state == 'S');
-            if !sleeping {
-                continue;
-            }
+        for &worker in sleeping {
             match self.waits.target(worker, now) {
                 Ok(Some(target)) => {
                     asleep.sampled += 1;
@@ -390,6 +386,7 @@ impl ProcessSource {
         Some(asleep)
     }
 
+    /// The summary of `descendants`, and those of them asleep (S) on this tick.
     fn workers(
         &mut self,
         descendants: &[u32],
@@ -397,8 +394,9 @@ impl ProcessSource {
         delay_accounting: bool,
         fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
         nodes: &mut BTreeSet<u32>,
-    ) -> WorkerSummary {
+    ) -> (WorkerSummary, Vec<u32>) {
         let mut summary = WorkerSummary::default();
+        let mut sleeping = Vec::new();
         let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
         let mut system = 0.0;
         let (mut voluntary, mut involuntary) = (0u64, 0u64);
@@ -411,6 +409,7 @@ impl ProcessSource {
             };
             summary.count += 1;
             match stat.state {
+                'S' => sleeping.push(worker),
                 'R' => summary.running += 1,
                 'D' => summary.disk_wait += 1,
                 'Z' => summary.zombie += 1,
@@ -472,7 +471,7 @@ impl ProcessSource {
                 read_rate
             };
         }
-        summary
+        (summary, sleeping)
     }
 }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use common::TempDir;
 use gpu_bottleneck_exporter::config::StacksConfig;
 use gpu_bottleneck_exporter::snapshot::{
-    Activity, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, PerActivity, ProcessStacks, Snapshot,
+    Activity, CudaThread, CudaTotals, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, PerActivity,
+    ProcessCuda, ProcessStacks, Snapshot,
 };
 use gpu_bottleneck_exporter::source::stacks::StacksSource;
 use gpu_bottleneck_exporter::source::Source;
@@ -161,6 +162,72 @@ fn each_main_thread_is_seen_where_it_waits() {
 }
 
 #[test]
+fn the_thread_that_drives_the_gpu_is_followed_where_the_main_thread_only_joins_it() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs ptrace access to the test's own child processes as root");
+        return;
+    }
+    let timelines = TempDir::new("timelines");
+    // Ray Train's shape: the training function on a thread, the main thread joining it; the
+    // thread says its native id (what the CUDA probes key their threads by).
+    let mut ray = Python::start(
+        &timelines,
+        "import threading\ndef step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\ndef train():\n    print(threading.get_native_id(), flush=True)\n    while True:\n        step()\nthread = threading.Thread(target=train, name='train')\nprint('ready', flush=True)\nthread.start()\n",
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(ray.0.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = ray.0.id();
+    let train: u32 = line.trim().parse().expect("the thread's native id");
+    let config = StacksConfig {
+        interval: gpu_bottleneck_exporter::config::ConfigDuration(Duration::from_millis(50)),
+        ..StacksConfig::default()
+    };
+    let mut source = StacksSource::new(PathBuf::from("/proc"), config, None);
+    // What the probes saw this tick: `threads` launched and waited.
+    let run = |source: &mut StacksSource, threads: &[u32], from: u64| {
+        let mut snapshot = gpu_with(&[pid]);
+        for tick in 0..15 {
+            snapshot.cuda = vec![ProcessCuda {
+                pid,
+                totals: CudaTotals::default(),
+                threads: threads
+                    .iter()
+                    .map(|&tid| CudaThread {
+                        tid,
+                        launches_per_second: 500.0,
+                        wait_ratio: 0.3,
+                    })
+                    .collect(),
+            }];
+            source
+                .sample(&mut snapshot, Duration::from_millis(100 * (from + tick)))
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        snapshot.stacks.into_iter().find(|s| s.pid == pid).unwrap()
+    };
+    let followed = run(&mut source, &[train], 0);
+    assert_eq!(followed.followed_thread, Some(train));
+    assert!(followed.recent_shares[Activity::Python] >= 0.8, "{followed:?}");
+    assert!(
+        followed.top_frames.iter().any(|f| f.function == "step"),
+        "{followed:?}"
+    );
+    // The main thread drives the GPU again: it is sampled again (asleep in the interpreter's
+    // join of its threads).
+    let main = run(&mut source, &[pid, train], 20);
+    assert_eq!(main.followed_thread, None);
+    assert!(
+        main.top_frames
+            .iter()
+            .any(|f| f.activity == Activity::Other && f.location.contains("threading.py")),
+        "{main:?}"
+    );
+}
+
+#[test]
 fn activity_shares_are_served_per_gpu_process() {
     let mut snapshot = gpu_with(&[4242]);
     snapshot.stacks = vec![ProcessStacks {
@@ -175,6 +242,7 @@ fn activity_shares_are_served_per_gpu_process() {
         }],
         recent_samples: 10,
         recent_shares: PerActivity([0.1, 0.6, 0.0, 0.3, 0.0]),
+        followed_thread: None,
     }];
     let page = common::check_goldens("stacks", &common::render_pinned(&snapshot));
     let share = |activity| {

@@ -72,10 +72,14 @@ pub fn decide(
         // Idle time that is explained, but by no cause that reaches the floor: nothing
         // worth naming holds the GPU back (empty SMs below the kind's line are how its
         // kernels run). Undetermined is for idle time nobody explains, or a cause that
-        // costs the floor without its kind being active (yet).
+        // costs the floor without its kind being active (yet). Where the busy fraction was
+        // estimated from the loop's own waits (a MIG slice), a cause's share is an upper bound
+        // (the GPU may have worked while the thread did it): only its kind being active
+        // names it.
         None if lost.as_ref().is_some_and(|l| {
             kinds::pipeline()
                 .map(Cause::Kind)
+                .filter(|_| !l.busy_estimated())
                 .chain([Cause::Unexplained])
                 .all(|c| l.share(c) < t.lost_share_high)
         }) =>

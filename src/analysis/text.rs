@@ -112,6 +112,13 @@ pub fn reason(reason: &Reason) -> String {
         Reason::OthersWork { share } => {
             format!("other processes did {} of the GPU's work", percent(*share))
         }
+        Reason::BusyFromSyncs { busy } => format!(
+            "the device reports no utilization (a MIG slice): the GPU is taken as busy while the loop waited for it, {} of the samples (at least that busy; the idle time and its causes are at most what is shown)",
+            percent(*busy)
+        ),
+        Reason::FollowedThread { tid } => format!(
+            "the samples are of thread {tid}, which drives the GPU while the main thread touches no CUDA (the training function runs on a thread of its own)"
+        ),
         Reason::PeersAsBusy { at_most, seen } => format!(
             "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
             percent(*at_most),

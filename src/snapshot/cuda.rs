@@ -82,11 +82,78 @@ pub struct ProcessCuda {
     pub threads: Vec<CudaThread>,
 }
 
+impl ProcessCuda {
+    /// The thread that drives the GPU where the main thread does not (the training function
+    /// on a thread of its own, as Ray Train runs it), while the main thread neither launched
+    /// nor waited over the interval: the one that waits for the GPU the most (the loop's own
+    /// syncs gate its progress; the autograd engine's thread launches the backward but does
+    /// not wait; launches are counted in short windows, and a few a second may show none),
+    /// else the busiest launcher. `None` while the main thread drives it, or while
+    /// nothing was seen.
+    pub fn driving_thread(&self) -> Option<u32> {
+        if self.threads.iter().any(|t| t.tid == self.pid) {
+            return None;
+        }
+        let waiter = self
+            .threads
+            .iter()
+            .filter(|t| t.wait_ratio > 0.0)
+            .max_by(|a, b| a.wait_ratio.total_cmp(&b.wait_ratio));
+        waiter
+            .or_else(|| self.threads.iter().find(|t| t.launches_per_second > 0.0))
+            .map(|t| t.tid)
+    }
+}
+
 /// What the CUDA probes saw of a process at one moment (a stack sample's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DriverView {
-    /// Its main thread was inside a driver wait.
+    /// The sampled thread (the main one, or the one followed) was inside a driver wait.
     pub thread_waits: bool,
     /// Another of its threads was (the autograd engine's, a pin-memory thread's).
     pub other_waits: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(threads: &[(u32, f64, f64)]) -> ProcessCuda {
+        ProcessCuda {
+            pid: 10,
+            totals: CudaTotals::default(),
+            threads: threads
+                .iter()
+                .map(|&(tid, launches_per_second, wait_ratio)| CudaThread {
+                    tid,
+                    launches_per_second,
+                    wait_ratio,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_thread_followed_is_the_launcher_while_the_main_thread_touches_no_cuda() {
+        // Ray Train: the main thread joins, thread 12 launches and waits.
+        assert_eq!(process(&[(12, 900.0, 0.4)]).driving_thread(), Some(12));
+        // The loop's thread, which waits (its launches unseen in this window), is followed
+        // rather than the engine's thread that launches its backward.
+        assert_eq!(
+            process(&[(14, 1500.0, 0.0), (12, 0.0, 0.4)]).driving_thread(),
+            Some(12)
+        );
+        // Nobody waits (no sync in the step): the busiest launcher.
+        assert_eq!(
+            process(&[(14, 1500.0, 0.0), (12, 900.0, 0.0)]).driving_thread(),
+            Some(14)
+        );
+        // The autograd engine's thread launches more than the main thread, which waits: the
+        // main thread stays sampled.
+        assert_eq!(
+            process(&[(11, 1200.0, 0.0), (10, 0.0, 0.5)]).driving_thread(),
+            None
+        );
+        assert_eq!(process(&[]).driving_thread(), None);
+    }
 }

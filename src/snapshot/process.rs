@@ -200,7 +200,8 @@ pub struct FrameShare {
     pub share: f64,
 }
 
-/// Where a GPU process's main thread was over the stack window.
+/// Where a GPU process's main thread (or the thread that drives its GPU) was over the stack
+/// window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessStacks {
     /// Process id.
@@ -216,6 +217,10 @@ pub struct ProcessStacks {
     /// Their shares per activity: where the thread was lately, for attributing each tick's
     /// time by what it saw.
     pub recent_shares: PerActivity<f64>,
+    /// The thread the latest samples came from where it is not the main thread: the one that
+    /// drives the GPU while the main thread launches nothing (the training function on a
+    /// thread of its own).
+    pub followed_thread: Option<u32>,
 }
 
 impl ProcessStacks {

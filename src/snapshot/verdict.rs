@@ -190,6 +190,14 @@ impl LostTime {
     pub fn total(&self) -> f64 {
         self.shares.total()
     }
+
+    /// Whether the split starts from a busy fraction the loop's waits showed, not one the
+    /// device reported: its shares are upper bounds.
+    pub fn busy_estimated(&self) -> bool {
+        self.reasons
+            .iter()
+            .any(|r| matches!(r, Reason::BusyFromSyncs { .. }))
+    }
 }
 
 /// One part of a lost-time split and the figures behind it.
@@ -268,6 +276,20 @@ pub enum Reason {
         at_most: f64,
         /// What the stacks alone would charge.
         seen: f64,
+    },
+    /// The device reports no busy time (a MIG slice): the split starts from the share of the
+    /// samples in which the loop waited for the GPU, `busy`, a lower bound of its busy time
+    /// (the idle time and its causes are upper bounds).
+    BusyFromSyncs {
+        /// The busy fraction assumed.
+        busy: f64,
+    },
+    /// The samples are of thread `tid`, which drives the GPU while the main thread touches no
+    /// CUDA (the training function on a thread of its own): "the main thread" of the other
+    /// reasons is that thread.
+    FollowedThread {
+        /// Its OS thread id.
+        tid: u32,
     },
 }
 

@@ -18,6 +18,7 @@ pub fn stacks(activity: Activity, share: f64) -> Option<ProcessStacks> {
         shares,
         recent_samples: 10,
         recent_shares: shares,
+        followed_thread: None,
         top_frames: vec![FrameShare {
             function: "train".into(),
             location: "/job/train.py:57".into(),

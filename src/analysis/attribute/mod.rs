@@ -20,6 +20,12 @@
 //!    source (sockets, network or FUSE filesystems). Without workers the main thread loads its
 //!    own data: host_bound when it computes, data_io when it waits.
 //!
+//! **A device that reports no busy time** (a MIG slice: no utilization, no samples): observed
+//! stacks still split the window, from the busy time the loop itself shows, the share of the
+//! samples in which the thread waited for the GPU (a lower bound: the GPU works at least while
+//! the loop waits for it, so the idle time and its split are upper bounds), said in a reason.
+//! Without stacks nothing is split.
+//!
 //! **Inferred** (no stacks, or too few samples): the idle time is split over the pipeline
 //! kinds in proportion to their counter rules' scores at or above the leave score, and is
 //! unexplained where none reaches it.
@@ -41,19 +47,31 @@ pub use busy::main_work_share;
 use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::ProcessStacks;
-use crate::snapshot::{PerCause, Reason};
+use crate::snapshot::{Activity, PerCause, Reason};
 
-/// The split of one GPU's window; `None` while its busy fraction is unknown. `inferred` are
-/// the counter rules' scores, used where the stacks cannot decide.
+/// The split of one GPU's window; `None` while its busy fraction is unknown (and no stacks
+/// show it). `inferred` are the counter rules' scores, used where the stacks cannot decide.
 pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> Option<LostTime> {
-    let busy = w.busy?.clamp(0.0, 1.0);
+    let observed = observed_stacks(w, t);
+    let (busy, estimated) = match (w.busy, observed) {
+        (Some(busy), _) => (busy, false),
+        (None, Some(stacks)) if w.up => (stacks.share(Activity::GpuSync), true),
+        (None, _) => return None,
+    };
+    let busy = busy.clamp(0.0, 1.0);
     let mut lost = LostTime {
         idle: 1.0 - busy,
         ..LostTime::default()
     };
-    let in_collective_while_busy = match observed_stacks(w, t) {
+    if estimated {
+        lost.reasons.push(Reason::BusyFromSyncs { busy });
+    }
+    let in_collective_while_busy = match observed {
         Some(stacks) => {
             lost.basis = Basis::Observed;
+            if let Some(tid) = stacks.followed_thread {
+                lost.reasons.push(Reason::FollowedThread { tid });
+            }
             idle::split_observed(&mut lost, w, stacks, t)
         }
         None => {
@@ -155,6 +173,7 @@ mod tests {
             top_frames: Vec::<FrameShare>::new(),
             recent_samples: 10,
             recent_shares: shares,
+            followed_thread: None,
         })
     }
 
@@ -187,6 +206,34 @@ mod tests {
         });
         assert!(lost.share(Cause::Kind(Kind::HostBound)) > 0.35);
         assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.0));
+    }
+
+    #[test]
+    fn without_a_busy_fraction_the_stacks_split_from_the_loops_own_waits() {
+        // A MIG slice: no utilization. The loop waits for the GPU 60 % of the time, runs
+        // Python after each sync 35 %: the GPU was busy at least 60 %.
+        let mig = WindowFigures {
+            up: true,
+            busy: None,
+            stacks: stacks([0.05, 0.6, 0.0, 0.35, 0.0]),
+            ..WindowFigures::default()
+        };
+        let lost = split(mig.clone());
+        assert_eq!(lost.basis, Basis::Observed);
+        assert!(close(lost.idle, 0.4));
+        assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.35));
+        assert!(matches!(
+            lost.reasons[0],
+            Reason::BusyFromSyncs { busy } if close(busy, 0.6)
+        ));
+        // No stacks, or a GPU that does not answer: nothing to split from.
+        let unseen = WindowFigures {
+            stacks: None,
+            ..mig.clone()
+        };
+        assert!(lost_time(&unseen, &[], &Thresholds::default()).is_none());
+        let down = WindowFigures { up: false, ..mig };
+        assert!(lost_time(&down, &[], &Thresholds::default()).is_none());
     }
 
     #[test]

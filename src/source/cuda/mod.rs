@@ -63,10 +63,10 @@ pub struct WaitsNow {
 }
 
 impl WaitsNow {
-    /// Whether `pid`'s main thread, and another of its threads, are inside a driver wait now;
-    /// `None` for a process the probes do not watch (no driver mapped, or it could not be
-    /// probed): the stacks then infer from the line.
-    pub fn view(&self, pid: u32) -> Option<DriverView> {
+    /// Whether thread `tid` of `pid` (the sampled one), and another of its threads, are inside
+    /// a driver wait now; `None` for a process the probes do not watch (no driver mapped, or it
+    /// could not be probed): the stacks then infer from the line.
+    pub fn view(&self, pid: u32, tid: u32) -> Option<DriverView> {
         let probed = self.probed.lock().unwrap_or_else(|p| p.into_inner());
         if !probed.contains(&pid) {
             return None;
@@ -78,12 +78,12 @@ impl WaitsNow {
                 key.get(i..i + 4)
                     .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or_default()))
             };
-            let (Some(tid), Some(owner)) = (word(0), word(4)) else {
+            let (Some(waiting), Some(owner)) = (word(0), word(4)) else {
                 continue;
             };
             if owner == pid {
-                view.thread_waits |= tid == pid;
-                view.other_waits |= tid != pid;
+                view.thread_waits |= waiting == tid;
+                view.other_waits |= waiting != tid;
             }
         }
         Some(view)

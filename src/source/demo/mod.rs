@@ -459,6 +459,7 @@ impl DemoSource {
             shares,
             recent_samples: 10,
             recent_shares: shares,
+            followed_thread: None,
             top_frames: vec![FrameShare {
                 function: function.into(),
                 location: location.into(),

@@ -8,7 +8,9 @@
 //! unsupported, and the rules fall back to the counters. Processes that are not Python are
 //! passed over quietly. A process is attached once (about 20 ms) and then sampled by a thread of
 //! the source's own: the main thread alone (a patch of py-spy, vendor/README.md), about 0.2 ms
-//! a sample however many threads the rank has.
+//! a sample however many threads the rank has. Where the CUDA probes see another thread drive
+//! the GPU while the main thread touches no CUDA (the training function on a thread of its
+//! own, as Ray Train runs it), that thread is sampled instead, at the same cost.
 
 pub mod classify;
 
@@ -48,6 +50,8 @@ const STARVED_SPEEDUP: u32 = 4;
 /// One sample of a main thread.
 struct Sample {
     at: Instant,
+    /// The thread it came from, where not the main one.
+    followed: Option<u32>,
     /// The share of the interval it stands for: 1, or 1/`STARVED_SPEEDUP` when taken at the
     /// starved rate (so that shares over a window that saw both rates stay time shares).
     weight: f64,
@@ -70,6 +74,8 @@ struct Sampler {
     /// The GPU processes of the last tick, and those on a starved GPU.
     pids: BTreeSet<u32>,
     starved: BTreeSet<u32>,
+    /// Per process, the thread that drives its GPU where it is not the main one.
+    followed: HashMap<u32, u32>,
     watched: HashMap<u32, Watched>,
     /// Processes not to try again before the given time, and whether access was refused.
     passed_over: HashMap<u32, (Instant, bool)>,
@@ -125,10 +131,15 @@ impl Sampler {
 
     /// One sample of `pid`'s main thread; `None` when it could not be read this time.
     fn sample_one(&mut self, pid: u32, now: Instant, weight: f64) -> Option<Sample> {
-        let traces = self.watched.get_mut(&pid)?.spy.get_stack_traces().ok()?;
-        // Asked right after the read: the main thread's tid is the pid.
-        let driver = self.waits_now.as_ref().and_then(|w| w.view(pid));
+        let followed = self.followed.get(&pid).copied();
+        let spy = &mut self.watched.get_mut(&pid)?.spy;
+        spy.follow_thread(followed.map(u64::from));
+        let traces = spy.get_stack_traces().ok()?;
         let main = traces.first()?;
+        // The thread read (a followed one that has ended leaves the main thread read).
+        let tid = main.os_thread_id.map_or(pid, |t| t as u32);
+        // Asked right after the read.
+        let driver = self.waits_now.as_ref().and_then(|w| w.view(pid, tid));
         let innermost = main.frames.first();
         let line = innermost.and_then(|f| self.source_line(pid, &f.filename, f.line));
         let frames: Vec<FrameRef> = main
@@ -146,6 +157,7 @@ impl Sampler {
             .or(innermost);
         Some(Sample {
             at: now,
+            followed: (tid != pid).then_some(tid),
             weight,
             activity: classify(&frames, main.active, line.as_deref(), driver),
             frame: quoted.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
@@ -201,10 +213,24 @@ impl Sampler {
         }
     }
 
-    /// Takes the GPU processes of this tick (and which are starved) and forgets the others.
-    fn track(&mut self, pids: BTreeSet<u32>, starved: BTreeSet<u32>) {
+    /// Takes the GPU processes of this tick (and which are starved), and forgets the others;
+    /// `driving` says, for the processes the CUDA probes saw this tick, the thread that drives
+    /// the GPU where it is not the main one (a process they did not see keeps the last).
+    fn track(
+        &mut self,
+        pids: BTreeSet<u32>,
+        starved: BTreeSet<u32>,
+        driving: impl Iterator<Item = (u32, Option<u32>)>,
+    ) {
+        for (pid, tid) in driving {
+            match tid {
+                Some(tid) => self.followed.insert(pid, tid),
+                None => self.followed.remove(&pid),
+            };
+        }
         self.watched.retain(|pid, _| pids.contains(pid));
         self.passed_over.retain(|pid, _| pids.contains(pid));
+        self.followed.retain(|pid, _| pids.contains(pid));
         self.pids = pids;
         self.starved = starved;
     }
@@ -267,6 +293,7 @@ fn summarise(pid: u32, samples: &VecDeque<Sample>, recent: Instant) -> ProcessSt
         top_frames: top,
         recent_samples,
         recent_shares,
+        followed_thread: samples.back().and_then(|s| s.followed),
     }
 }
 
@@ -291,6 +318,7 @@ impl StacksSource {
                 window: config.window.0,
                 pids: BTreeSet::new(),
                 starved: BTreeSet::new(),
+                followed: HashMap::new(),
                 watched: HashMap::new(),
                 passed_over: HashMap::new(),
                 lines: HashMap::new(),
@@ -336,9 +364,9 @@ impl StacksSource {
 }
 
 impl Source for StacksSource {
-    /// It samples the GPU processes gpu listed.
+    /// It samples the GPU processes gpu listed, following the threads cuda saw drive them.
     fn after(&self) -> &'static [&'static str] {
-        &["gpu"]
+        &["gpu", "cuda"]
     }
 
     fn name(&self) -> &'static str {
@@ -358,8 +386,14 @@ impl Source for StacksSource {
             .flat_map(|d| &d.processes)
             .map(|p| p.pid)
             .collect();
+        // Only processes whose threads the probes saw this tick say who drives their GPU.
+        let driving = snapshot
+            .cuda
+            .iter()
+            .filter(|p| !p.threads.is_empty())
+            .map(|p| (p.pid, p.driving_thread()));
         let mut sampler = self.sampler.lock().unwrap_or_else(|p| p.into_inner());
-        sampler.track(pids, starved);
+        sampler.track(pids, starved, driving);
         let refused = sampler
             .passed_over
             .values()
@@ -397,6 +431,7 @@ mod tests {
     fn sample(at: u64, activity: Activity, function: &str) -> Sample {
         Sample {
             at: Instant::now() + Duration::from_secs(at),
+            followed: None,
             weight: 1.0,
             activity,
             frame: Some((function.into(), format!("/job/train.py:{at}"))),

@@ -39,6 +39,9 @@ pub struct PythonSpy {
     /// With `main_thread_only`: the main thread's PyThreadState, found once (it lives as long
     /// as the interpreter).
     main_thread_state: Option<usize>,
+    /// With `main_thread_only`: another thread to sample instead of the main one (its OS
+    /// thread id), set with [`PythonSpy::follow_thread`].
+    followed_thread: Option<u64>,
     #[cfg(target_os = "linux")]
     pub dockerized: bool,
 }
@@ -93,6 +96,7 @@ impl PythonSpy {
             python_thread_names: HashMap::new(),
             thread_name_lookup_time: Instant::now(),
             main_thread_state: None,
+            followed_thread: None,
         })
     }
 
@@ -191,6 +195,14 @@ impl PythonSpy {
         }
     }
 
+    /// With `main_thread_only`: samples the thread with OS id `tid` instead of the main one
+    /// (`None`, or the pid, for the main thread again). Found by its native thread id, which
+    /// Python 3.11+ keeps in its thread state; where it is not found (an older Python, a
+    /// thread that ended) the main thread is sampled.
+    pub fn follow_thread(&mut self, tid: Option<u64>) {
+        self.followed_thread = tid.filter(|t| *t != self.process.pid as u64);
+    }
+
     // implementation of get_stack_traces, where we have a type for the InterpreterState
     fn _get_stack_traces<I: InterpreterState>(&mut self) -> Result<Vec<StackTrace>, Error> {
         // Query the OS to get if each thread in the process is running or not
@@ -199,10 +211,13 @@ impl PythonSpy {
             // Don't need to collect thread activity if we're only getting the
             // GIL thread: If we're holding the GIL we're by definition active.
         } else if self.config.main_thread_only {
-            // Only the main thread's state: one read instead of one per thread.
-            let main = remoteprocess::Thread::new(self.process.pid)?;
-            if let Ok(active) = main.active() {
-                thread_activity.insert(self.process.pid as Tid, active);
+            // Only the sampled thread's state: one read instead of one per thread.
+            let tid = self
+                .followed_thread
+                .map_or(self.process.pid as Tid, |t| t as Tid);
+            let sampled = remoteprocess::Thread::new(tid)?;
+            if let Ok(active) = sampled.active() {
+                thread_activity.insert(tid, active);
             }
         } else {
             for thread in self.process.threads()?.iter() {
@@ -242,7 +257,8 @@ impl PythonSpy {
 
         let mut traces = Vec::new();
         let mut threads = threads_head;
-        if self.config.main_thread_only {
+        let followed = self.followed_thread.filter(|_| self.config.main_thread_only);
+        if self.config.main_thread_only && followed.is_none() {
             if let Some(main) = self.main_thread_state {
                 threads = main as *const I::ThreadState;
             }
@@ -270,12 +286,19 @@ impl PythonSpy {
                 continue;
             }
             // CPython prepends each new thread state to the list: the main thread's, made
-            // first, is the last one.
+            // first, is the last one. A followed thread is found by its native id; the main
+            // thread stands in where it is not.
+            let mut sampled_tid = None;
             if self.config.main_thread_only {
-                if !threads.is_null() {
-                    continue;
+                let last = threads.is_null();
+                match followed {
+                    Some(tid) if thread.native_thread_id() == Some(tid) => sampled_tid = Some(tid),
+                    _ if !last => continue,
+                    _ => {}
                 }
-                self.main_thread_state = Some(current as usize);
+                if last {
+                    self.main_thread_state = Some(current as usize);
+                }
             }
 
             let mut trace = get_stack_trace(
@@ -296,8 +319,8 @@ impl PythonSpy {
             // python 3.11+ has the native thread id directly on the PyThreadState object,
             // for older versions of python, try using OS specific code to get the native
             // thread id (doesn't work on freebsd, or on arm/i686 processors on linux)
-            if trace.os_thread_id.is_none() && self.config.main_thread_only {
-                trace.os_thread_id = Some(self.process.pid as u64);
+            if self.config.main_thread_only {
+                trace.os_thread_id = Some(sampled_tid.unwrap_or(self.process.pid as u64));
             }
             if trace.os_thread_id.is_none() {
                 let mut os_thread_id =
@@ -377,6 +400,10 @@ impl PythonSpy {
 
             traces.push(trace);
 
+            // The followed thread found: the main thread is not read.
+            if sampled_tid.is_some() {
+                break;
+            }
             if self.config.gil_only {
                 // There's only one GIL thread and we've captured it, so we can
                 // stop now

@@ -210,7 +210,10 @@ fn the_thread_that_drives_the_gpu_is_followed_where_the_main_thread_only_joins_i
     };
     let followed = run(&mut source, &[train], 0);
     assert_eq!(followed.followed_thread, Some(train));
-    assert!(followed.recent_shares[Activity::Python] >= 0.8, "{followed:?}");
+    assert!(
+        followed.recent_shares[Activity::Python] >= 0.8,
+        "{followed:?}"
+    );
     assert!(
         followed.top_frames.iter().any(|f| f.function == "step"),
         "{followed:?}"

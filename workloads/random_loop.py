@@ -65,8 +65,16 @@ def draw(seed):
         # collective for it.
         "ranks": rng.choice([1, 1, 1, 2]),
         "straggler": round(rng.uniform(0.0, 0.05), 3),
+        "device": device(rng),
     }
     return loop
+
+
+def device(rng):
+    """The device family the loop runs on (run.py FAMILIES), drawn after everything else so
+    that a seed's loop is the one it drew before families existed: Hopper (GPM) half the time,
+    else Ampere (no GPM: no SM activity) or a MIG slice (no utilization at all)."""
+    return rng.choice(["hopper", "hopper", "ampere", "mig"])
 
 
 def draw_torch(seed):
@@ -91,6 +99,7 @@ def draw_torch(seed):
         "blur": rng.choice([0.0, 1.5, 3.0]),
         "disturbance": rng.choice(["none", "none", "none", "hogs"]),
         "ranks": 1,
+        "device": device(rng),
     }
 
 

@@ -218,6 +218,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     family = args.device or family or getattr(module, "DEVICE", "hopper")
     if args.real and gpus > args.real_gpus:
         return skipped(name, module, f"needs {gpus} GPUs, this node has {args.real_gpus}")
+    # A real node is the family it is: the emulated one's workloads are for the emulator.
+    if args.real and getattr(module, "DEVICE", "hopper") != "hopper":
+        return skipped(name, module, f"emulates a {module.DEVICE} device; the real node's GPUs are what they are")
     # A workload that builds a real network path says what it needs that is missing.
     why = getattr(module, "SKIP", lambda: "")()
     if why:
@@ -449,11 +452,12 @@ def main():
             loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
             form = f"{loop['sync']}, " if torch else ""
-            name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks})"
+            on = f", {loop['device']}" if loop["device"] != "hopper" else ""
+            name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks}{on})"
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
             extra = ["--loop-seed", str(loop_seed)] + (["--family", "torch"] if torch else [])
-            rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"])
+            rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"], family=loop["device"])
             save(rows, args.json)
     else:
         suite = workloads()

@@ -147,7 +147,7 @@ python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter
 python3 scripts/check_exposition.py --live target/debug/gpu-bottleneck-exporter --demo
 
 # Slow (about 20 s per workload) because the loops really train, each until its verdict has
-# held for one 12 s analysis window (25 s at most): the one end-to-end check that real Python
+# held for 8 s, twice the latch's min_duration (25 s at most): the one end-to-end check that real Python
 # processes, read through /proc, py-spy and the fake NVML, get the verdicts their bottleneck
 # should.
 step "workload suite, fast subset: Python training loops on the emulated GPU get their expected verdicts"

@@ -192,11 +192,12 @@ def lost_shares(gpu):
     return {cause: causes.get(cause, 0.0) for cause in truth.CAUSES}
 
 
-def held_for_a_window(history, expected, window):
-    """Whether every GPU's declared verdict has been the primary for the last `window` seconds,
-    the span the analysis averages over (and the truth is split over): the fast subset ends a
-    workload there instead of at its full time. A GPU whose expectation is the truth's (a
-    random loop) is known only at the end, so never ends one early."""
+def held_for(history, expected, seconds):
+    """Whether every GPU's declared verdict has been the primary for the last `seconds`: the
+    fast subset ends a workload once its verdict has held for twice the latch's min_duration
+    (a verdict that stands, not a passing one) instead of at its full time. A GPU whose
+    expectation is the truth's (a random loop) is known only at the end, so never ends one
+    early."""
     if not all(expected.values()):
         return False
     for gpu, verdict in expected.items():
@@ -204,7 +205,7 @@ def held_for_a_window(history, expected, window):
         since = len(seen)
         while since > 0 and seen[since - 1][1] == verdict:
             since -= 1
-        if since == len(seen) or seen[-1][0] - seen[since][0] < window:
+        if since == len(seen) or seen[-1][0] - seen[since][0] < seconds:
             return False
     return True
 
@@ -286,7 +287,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
                     if gpu["gpu"] in history:
                         history[gpu["gpu"]].append((at, gpu["primary"]))
                         last[gpu["gpu"]] = gpu
-                if args.fast and held_for_a_window(history, expected, args.window):
+                if args.fast and held_for(history, expected, 2 * args.min_duration):
                     break
             if not args.real:
                 # The truth files are flushed every half second: wait for the window's end.
@@ -414,7 +415,7 @@ def save(rows, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--real", action="store_true", help="real GPUs, real NVML, CUDA PyTorch")
-    parser.add_argument("--fast", action="store_true", help="the subset the test command runs, with a 12 s window; a workload ends once its verdict held for one")
+    parser.add_argument("--fast", action="store_true", help="the subset the test command runs, with a 12 s window; a workload ends once its verdict held for 8 s (twice min_duration)")
     parser.add_argument("--only", default="", help="comma-separated workload names")
     parser.add_argument("--seconds", type=float, help="training time per workload (default 60, --fast 25, --random 40)")
     parser.add_argument("--window", type=int, help="analysis window in seconds (default 30, --fast 12, --random 20)")

@@ -14,6 +14,9 @@ use crate::config::Config;
 use crate::report;
 use crate::sampler::Sampler;
 
+/// How long a view waits for an exporter's first sample.
+pub const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(15);
+
 /// How often the view refreshes.
 pub const REFRESH: Duration = Duration::from_secs(1);
 
@@ -71,6 +74,21 @@ impl Source {
                 ))
             }
             Source::Remote(remote) => remote.fetch(),
+        }
+    }
+
+    /// The diagnosis once the exporter has one: an exporter started a moment ago answers 503
+    /// until its first sample (a slow first tick on a loaded node), so a 503 is retried for
+    /// up to [`FIRST_SAMPLE_WAIT`]; any other failure, or a 503 past that, is the answer.
+    pub fn fetch_first(&mut self) -> Result<Value, String> {
+        let deadline = Instant::now() + FIRST_SAMPLE_WAIT;
+        loop {
+            match self.fetch() {
+                Err(e) if e.contains(" 503 ") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                answer => return answer,
+            }
         }
     }
 
@@ -236,7 +254,38 @@ fn body_of(response: &[u8]) -> Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::body_of;
+    use super::*;
+
+    #[test]
+    fn a_view_waits_for_the_first_sample_of_an_exporter_just_started() {
+        // Answers "no sample taken yet" twice, then a diagnosis.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            for answer in [503, 503, 200] {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).unwrap();
+                let reply = if answer == 503 {
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 20\r\nConnection: close\r\n\r\nno sample taken yet\n".to_string()
+                } else {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"gpus\": []}".to_string()
+                };
+                stream.write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        let mut source = Source::Remote(Remote {
+            url,
+            user: None,
+            password_file: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        });
+        let diagnosis = source.fetch_first().unwrap();
+        assert_eq!(diagnosis["gpus"], serde_json::json!([]));
+        server.join().unwrap();
+    }
 
     #[test]
     fn bodies_plain_and_chunked_and_errors() {

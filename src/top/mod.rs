@@ -226,7 +226,11 @@ fn plain(mut source: Source, refreshes: Option<u64>) -> Result<(), String> {
         if done > 0 {
             std::thread::sleep(fetch::REFRESH);
         }
-        let diagnosis = source.fetch()?;
+        let diagnosis = if done == 0 {
+            source.fetch_first()?
+        } else {
+            source.fetch()?
+        };
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", plain_table(&rows(&diagnosis))).map_err(|e| e.to_string())?;
         stdout.flush().map_err(|e| e.to_string())?;

@@ -10,11 +10,13 @@ processes on eight fake GPUs (the workspace's fake NVML library):
   idle      each a single-threaded shell with 8 sleeping children (the old stand-in).
 Then, one target at a time, it runs each exporter for --seconds at a 1 s collection interval
 with one scrape every 15 s (Prometheus' default), and reports its CPU as a share of one core,
-its peak RSS and the scraped page's size and series. This exporter is measured three times:
-without the Python stacks, with them (`+stacks`, the default: each rank's main thread sampled
-twice a second; run the bench as root for the ptrace access that needs), and with the culprit
-pass over every process on every 5 s as well (`+culprits`: by default it runs only while a GPU
-scores data_io, data_cpu or contention). It then runs once more for
+its peak RSS and the scraped page's size and series. This exporter is measured four times:
+without the Python stacks or the CUDA probes, with the stacks (`+stacks`: each rank's main
+thread sampled twice a second; run the bench as root for the ptrace access that needs), with
+the probes too (`+probes`, the default with the stacks: the training ranks map the stub CUDA
+driver and call it, 1,000 launches and 10 syncs a second each; needs CAP_BPF and CAP_PERFMON),
+and with the culprit pass over every process on every 5 s as well (`+culprits`: by default it
+runs only while a GPU scores data_io, data_cpu or contention). It then runs once more for
 --seconds, scraped every second, to report the per-source duration of every tick (kept out of
 the CPU figure: every scrape of a new snapshot renders the page).
 
@@ -40,18 +42,26 @@ from procstats import wait_for_url as wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRAPE_EVERY = 15.0
+# This exporter's configurations: (name suffix, stacks, CUDA probes, culprits always).
+VARIANTS = (
+    ("", "false", "false", "false"),
+    (" +stacks", "true", "false", "false"),
+    (" +stacks +probes", "true", "true", "false"),
+    (" +stacks +probes +culprits", "true", "true", "true"),
+)
 
 
 def series(page):
     return sum(1 for line in page.splitlines() if line and not line.startswith("#"))
 
 
-def start_ranks(shape):
-    """Eight GPU processes of the shape; returns the Popen objects once all are up."""
+def start_ranks(shape, cuda):
+    """Eight GPU processes of the shape; returns the Popen objects once all are up. Training
+    ranks map the stub CUDA driver in `cuda` and call it, so that the probes attach and fire."""
     ranks = []
     for _ in range(8):
         if shape == "training":
-            cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--threads", "128", "--workers", "8", "--worker-threads", "4"]
+            cmd = [sys.executable, os.path.join(HERE, "rank.py"), "--threads", "128", "--workers", "8", "--worker-threads", "4", "--cuda", cuda]
             rank = subprocess.Popen(cmd, stdout=subprocess.PIPE, start_new_session=True, text=True)
             assert rank.stdout.readline().strip() == "ready"
         else:
@@ -163,20 +173,24 @@ def main():
         sys.exit(f"{library} missing: cargo build --release --workspace")
 
     work = tempfile.mkdtemp()
+    # The stub driver under the real name, which the probes look for in each rank's maps.
+    cuda = os.path.join(work, "cuda")
+    os.makedirs(cuda)
+    shutil.copy(os.path.join(os.path.dirname(exporter), "libfake_cuda.so"), os.path.join(cuda, "libcuda.so.1"))
     crowd = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.extra)]
     rows, tick_tables = [], []
     try:
         for shape in args.shapes.split(","):
-            ranks = start_ranks(shape)
+            ranks = start_ranks(shape, cuda)
             try:
                 scenario = os.path.join(work, "scenario.yaml")
                 write_scenario(scenario, ranks)
                 targets = []
-                for variant, stacks, culprits in (("", "false", "false"), (" +stacks", "true", "false"), (" +stacks +culprits", "true", "true")):
-                    config = os.path.join(work, f"config-{stacks}-{culprits}.yaml")
+                for variant, stacks, cuda, culprits in VARIANTS:
+                    config = os.path.join(work, f"config-{stacks}-{cuda}-{culprits}.yaml")
                     with open(config, "w") as f:
                         f.write(f"sample_interval: 1s\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n"
-                                f"  culprits:\n    always: {culprits}\n")
+                                f"  cuda:\n    enabled: {cuda}\n  culprits:\n    always: {culprits}\n")
                     targets.append(("gpu-bottleneck-exporter" + variant, lambda port, config=config: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
                 if not args.only_exporter:
                     targets += peers(work, library)

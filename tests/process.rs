@@ -364,6 +364,46 @@ fn the_busiest_thread_is_the_main_thread_every_tick_and_any_thread_every_pass() 
 }
 
 #[test]
+fn the_wait_for_a_cpu_counts_the_busiest_thread_beside_the_main_thread() {
+    // Backward on the autograd engine's thread: the main thread sleeps (no CPU, no wait)
+    // while thread 1001 computes 90 ticks a second and waits 0.6 s a second for a CPU.
+    let work = TempDir::new("driving-thread");
+    let tree = work.path().join("tree");
+    copy_tree(
+        &common::repo_root().join("tests/fixtures/process-v2"),
+        &tree,
+    );
+    let mut waited_ns = 2_000_000_000u64;
+    for (from, to) in [("t1", "t2"), ("t2", "t3")] {
+        copy_tree(&tree.join(from), &tree.join(to));
+        let path = tree.join(format!("{to}/proc/1000/task/1001/stat"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let close = text.rfind(')').unwrap();
+        let mut fields: Vec<String> = text[close + 2..].split(' ').map(String::from).collect();
+        fields[11] = (fields[11].parse::<u64>().unwrap() + 90).to_string();
+        std::fs::write(&path, format!("{}{}", &text[..close + 2], fields.join(" "))).unwrap();
+        waited_ns += 600_000_000;
+        std::fs::write(
+            tree.join(format!("{to}/proc/1000/task/1001/schedstat")),
+            format!("1000000000 {waited_ns} 10\n"),
+        )
+        .unwrap();
+    }
+    let config: ProcessConfig = serde_saphyr::from_str("thread_interval: 1s").unwrap();
+    let waiting_at = |trees: &[&str]| {
+        let snapshot = sample_ticks(work.path(), &tree, trees, config.clone(), || {
+            node_with_gpu_process(1000, "python3")
+        });
+        context(&snapshot).cpu_wait_ratio
+    };
+    // The main thread and workers wait 0.2 + 0.8 between t0 and t1, nothing after.
+    common::assert_close(waiting_at(&["t0", "t1"]), 1.0);
+    // t2 finds thread 1001 the busiest; from t3 on its wait is counted.
+    common::assert_close(waiting_at(&["t0", "t1", "t2"]), 0.0);
+    common::assert_close(waiting_at(&["t0", "t1", "t2", "t3"]), 0.6);
+}
+
+#[test]
 fn cgroup_v1_cgroupfs_without_delay_accounting_or_children_files() {
     let snapshot = sample_fixture("process-v1", 2000, "train.py");
     let c = context(&snapshot);

@@ -244,8 +244,11 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
     env["EMUGPU_DIR"] = timelines
     log = open(os.path.join(work, "exporter.log"), "w")
+    # Restricted: uid 0 with every capability dropped, as the restricted DaemonSet runs it (no
+    # ptrace of the job: no stacks, no worker waits; no BPF: no CUDA probes).
+    restricted = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"] if args.restricted else []
     exporter = subprocess.Popen(
-        [args.exporter, "--config", os.path.join(work, "config.yaml")],
+        [*restricted, args.exporter, "--config", os.path.join(work, "config.yaml")],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -311,7 +314,11 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         final = seen[-1][1] if seen else "none"
         row = {"workload": name, "gpu": gpu, "primary": final, "evidence": evidence(last[gpu]) if gpu in last else ""}
         if gpu in truths:
-            shares, busy = truths[gpu]
+            full, busy = truths[gpu]
+            # Kernel efficiency is unobservable without GPM: compared as the device shows it.
+            shares = truth.observable(full, sm_activity=family == "hopper")
+            if shares != full:
+                row["unobservable"] = {"kernel_efficiency": full["kernel_efficiency"]}
             estimated = lost_shares(last.get(gpu, {}))
             errors = [abs(estimated[c] - shares[c]) for c in truth.CAUSES]
             row.update(
@@ -387,6 +394,13 @@ def summary(rows):
         f"against the ground truth: {len(judged_rows)} runs, primary agrees on {agree} "
         f"({100 * agree / len(judged_rows):.0f} %), mean absolute error of the lost-time shares {mae:.3f}",
     ]
+    hidden = [r for r in judged_rows if r.get("unobservable", {}).get("kernel_efficiency", 0) >= 0.1]
+    if hidden:
+        lines.append(
+            f"  {len(hidden)} of them on a device without SM activity (no GPM) whose kernels leave "
+            "10 % or more of its time empty SMs: compared with the truth less that part, which "
+            "no counter there shows"
+        )
     for r in worst:
         error, cause = r["worst_error"]
         lines.append(
@@ -430,6 +444,8 @@ def main():
                         help="with --random: the loops of random_loop.draw (classic) or of draw_torch (written as PyTorch code)")
     parser.add_argument("--without-probes", action="store_true",
                         help="run the exporter with sources.cuda off (its verdicts as before the CUDA probes)")
+    parser.add_argument("--restricted", action="store_true",
+                        help="run the exporter as uid 0 with every capability dropped (restricted mode: no stacks, no probes)")
     parser.add_argument("--loops", default="", help="with --random: only these of the N loops (comma-separated numbers, 0..N-1)")
     parser.add_argument("--json", help="also write the rows here (after every run)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a verdict is not the expected one")

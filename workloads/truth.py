@@ -11,16 +11,22 @@ The attribution follows the causes, not the exporter's arithmetic:
   communication; its other kernels' empty SMs (1 − SM share) → kernel_efficiency.
 - Idle time, by what the main thread was doing at that moment: waiting for its loader → the
   loader's causes in proportion to the workers' time over the window (reading → data_io;
-  decoding, on a CPU or waiting for one → data_cpu, except the share of it the workload's CPU
-  hogs take, hogs / (hogs + workers), all of them always runnable → contention); without
+  decoding, on a CPU or waiting for one → data_cpu, except the wait for a CPU that the
+  workload's CPU hogs caused → contention); without
   workers the loop loads its own samples, which is Python; synchronizing → sync_stall; in a
   collective → communication; Python (or a backward pass, the engine thread's host work, the
   main thread asleep meanwhile) → sync_stall if the GPU ran dry while the thread was
   synchronizing (the sync drained the queue), for as long as the thread was held in that sync
   while the GPU worked (without the sync the thread would have been that far ahead, the queue
-  that full: the counterfactual), else host_bound (its time waiting for a CPU → contention
-  where hogs run); anything else → unexplained. `hogs` is how many CPU hogs the
-  workload runs.
+  that full: the counterfactual), else host_bound (its wait for a CPU that the hogs caused →
+  contention); anything else → unexplained. `hogs` is how many CPU hogs the workload runs.
+
+The wait the hogs caused is a counterfactual too: the wait beyond what the job's own threads
+would have made each other wait on its CPUs alone. Its threads wanted D cores over the window
+(the main thread while it ran Python or a backward pass, runnable throughout, else its CPU
+time; the workers while decoding, else their CPU time); on C CPUs alone each would have waited
+max(0, 1 - C / D) of its runnable time, and any wait beyond that is the hogs'. A job that wants
+no more CPUs than it has would not have waited at all.
 
 Standard library only; time in 1 ms bins.
 """
@@ -108,6 +114,7 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
     processes = records(directory)
     phase = bytearray(bins)
     python_wait = {}  # bin -> share of a Python interval spent waiting for a CPU
+    main_runnable = [0.0] * bins  # bin -> share of it the main thread wanted a CPU
     for start, end, what, cpu in processes.get(main, (0, []))[1]:
         first, last = max(0, (start - start_ns) // BIN_NS), min(bins, (end - start_ns) // BIN_NS)
         waiting = 1.0 - min(1.0, cpu / max(1, end - start))
@@ -115,7 +122,15 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
             phase[b] = what
             if what in (common.PYTHON, common.BACKWARD):
                 python_wait[b] = waiting
-    loader = loader_causes(processes, main, start_ns, end_ns, hogs)
+                main_runnable[b] = 1.0
+            else:
+                main_runnable[b] = 1.0 - waiting
+    # The share of its runnable time a thread of the job would have waited without the hogs.
+    alone = None
+    if hogs:
+        demand = sum(main_runnable) / bins + workers_demand(processes, main, start_ns, end_ns)
+        alone = wait_alone(demand, cpus_of(main))
+    loader = loader_causes(processes, main, start_ns, end_ns, alone)
     # Bins the last sync held the thread while the GPU worked: the idle time after it that
     # the sync, not the host, cost (a host slower than its GPU would idle it anyway).
     sync_credit = 0
@@ -142,43 +157,86 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
         elif what in (common.PYTHON, common.BACKWARD) and drained_by_sync:
             shares["sync_stall"] += unit
         elif what in (common.PYTHON, common.BACKWARD):
-            waiting = python_wait.get(b, 0.0) if hogs else 0.0
-            shares["contention"] += unit * waiting
-            shares["host_bound"] += unit * (1.0 - waiting)
+            caused = 0.0 if alone is None else max(0.0, python_wait.get(b, 0.0) - alone)
+            shares["contention"] += unit * caused
+            shares["host_bound"] += unit * (1.0 - caused)
         else:
             shares["unexplained"] += unit
     return shares, sum(busy) / bins
 
 
-def loader_causes(processes, main, start_ns, end_ns, hogs):
+def workers(processes, main):
+    """The workers' records: those of the main process's children."""
+    return [entries for pid, (ppid, entries) in processes.items() if ppid == main]
+
+
+def overlaps(entries, start_ns, end_ns):
+    """Each record's part inside the window: (what, wall ns inside it, CPU ns inside it)."""
+    for start, end, what, cpu in entries:
+        overlap = min(end, end_ns) - max(start, start_ns)
+        if overlap > 0:
+            yield what, overlap, cpu * overlap / max(1, end - start)
+
+
+def workers_demand(processes, main, start_ns, end_ns):
+    """The cores the workers wanted over the window: decoding, runnable throughout; otherwise
+    their CPU time."""
+    wanted = 0.0
+    for entries in workers(processes, main):
+        for what, wall, cpu in overlaps(entries, start_ns, end_ns):
+            wanted += wall if what == common.DECODE else cpu
+    return wanted / max(1, end_ns - start_ns)
+
+
+def cpus_of(pid):
+    """How many CPUs the process may run on."""
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return os.cpu_count() or 1
+
+
+def wait_alone(demand, cpus):
+    """The share of its runnable time a thread of a job wanting `demand` cores would wait on
+    `cpus` CPUs with nobody else there (the CPUs shared fairly)."""
+    return max(0.0, 1.0 - cpus / demand) if demand > 0 else 0.0
+
+
+def loader_causes(processes, main, start_ns, end_ns, alone):
     """How the workers' (the main process's children's) time in the window went, as weights
-    per cause summing to 1; `None` without workers (the loop loads its own samples)."""
-    workers = [entries for pid, (ppid, entries) in processes.items() if ppid == main]
-    if not workers:
+    per cause summing to 1; `None` without workers (the loop loads its own samples). Where CPU
+    hogs run, `alone` is the share of its runnable time a worker would have waited for a CPU
+    without them: the wait beyond it is the hogs' (contention)."""
+    found = workers(processes, main)
+    if not found:
         return None
-    read = compute = wait = 0.0
-    for entries in workers:
-        for start, end, what, cpu in entries:
-            overlap = min(end, end_ns) - max(start, start_ns)
-            if overlap <= 0:
-                continue
-            part = overlap / max(1, end - start)
+    read = compute = wait = caused = 0.0
+    for entries in found:
+        for what, wall, cpu in overlaps(entries, start_ns, end_ns):
             if what == common.READ:
-                read += overlap
+                read += wall
             elif what == common.DECODE:
-                compute += cpu * part
-                wait += max(0.0, overlap - cpu * part)
+                compute += cpu
+                wait += max(0.0, wall - cpu)
+                if alone is not None:
+                    caused += max(0.0, wall - cpu - wall * alone)
     total = read + compute + wait
     if total <= 0:
         return {"data_io": 1.0}
-    # CPU hogs (always runnable) and the workers share the CPUs: the hogs' share of the
-    # runnable processes is their share of the loader's CPU side, decoding and waiting alike.
-    taken = hogs / (hogs + len(workers)) if hogs else 0.0
     return {
         "data_io": read / total,
-        "data_cpu": (compute + wait) * (1.0 - taken) / total,
-        "contention": (compute + wait) * taken / total,
+        "data_cpu": (compute + wait - caused) / total,
+        "contention": caused / total,
     }
+
+
+def observable(shares, sm_activity=True):
+    """The shares as the device can show them: without SM activity (no GPM: an A100, a MIG
+    slice) no counter sees kernels leave the SMs empty, so that busy time is busy, not lost
+    (the verdict can be no more than `busy` there). The shares themselves where it can."""
+    if sm_activity:
+        return shares
+    return {**shares, "kernel_efficiency": 0.0}
 
 
 def primary(shares, busy, floor=0.1):

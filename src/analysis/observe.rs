@@ -117,6 +117,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 main_work_share: work.as_ref().and_then(|w| w.main_share),
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
+                loop_cpu_wait: context.and_then(|c| c.loop_cpu_wait_ratio),
                 stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
                 culprits: snapshot.culprits.clone(),
                 workers: context.map(|c| c.workers.count),

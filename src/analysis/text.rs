@@ -50,7 +50,7 @@ pub fn reason(reason: &Reason) -> String {
             "the main thread ran the loop's own Python in {} of the samples{}",
             percent(*seen),
             waiting_for_others.map_or(String::new(), |w| format!(
-                ", waiting for CPUs others hold {} of that time",
+                ", waiting for CPUs others took {} of that time",
                 percent(w)
             ))
         ),
@@ -64,7 +64,7 @@ pub fn reason(reason: &Reason) -> String {
             computing,
             in_kernel,
             waiting_for_cpu,
-            others_hold,
+            others_caused,
             blocked,
             sleeping,
             asleep_on_input,
@@ -74,8 +74,8 @@ pub fn reason(reason: &Reason) -> String {
             percent(*computing),
             percent(*in_kernel),
             percent(*waiting_for_cpu),
-            others_hold.map_or(String::new(), |o| format!(
-                " (others hold {} of their CPUs)",
+            others_caused.map_or(String::new(), |o| format!(
+                " ({} of it caused by others)",
                 percent(o)
             )),
             percent(*blocked),

@@ -60,6 +60,7 @@ pub(super) fn process_context_families(
     let mut cpu_cores = Family::new(&PROC_CPU_CORES);
     let mut busiest = Family::new(&PROC_BUSIEST_THREAD);
     let mut cpu_wait = Family::new(&PROC_CPU_WAIT);
+    let mut loop_cpu_wait = Family::new(&PROC_LOOP_CPU_WAIT);
     let mut threads = Family::new(&PROC_THREADS);
     let mut switches = Family::new(&PROC_SWITCHES);
     let mut blkio = Family::new(&PROC_BLKIO);
@@ -108,6 +109,7 @@ pub(super) fn process_context_families(
                 (&mut cpu_cores, c.cpu_cores),
                 (&mut busiest, c.busiest_thread_ratio),
                 (&mut cpu_wait, c.cpu_wait_ratio),
+                (&mut loop_cpu_wait, c.loop_cpu_wait_ratio),
                 (&mut blkio, c.blkio_delay_seconds),
                 (&mut read_bytes, c.read_bytes.map(|b| b as f64)),
                 (&mut resident, c.resident_bytes.map(|b| b as f64)),
@@ -200,6 +202,7 @@ pub(super) fn process_context_families(
         cpu_cores,
         busiest,
         cpu_wait,
+        loop_cpu_wait,
         threads,
         switches,
         blkio,

@@ -118,8 +118,12 @@ figures! {
         /// The node's busiest processes outside the GPU process trees (`None` while not
         /// looked for; over the window: as last found).
         culprits: Option<Culprits> => latest -> Option<Culprits>,
-        /// Number of the main GPU process's main thread and workers waiting for a CPU.
+        /// Number of the main GPU process's main thread, busiest other thread and workers
+        /// waiting for a CPU.
         cpu_wait: Option<f64> => mean -> Option<f64>,
+        /// The part of it of the threads that run the loop's host work (the main thread and
+        /// the busiest other thread).
+        loop_cpu_wait: Option<f64> => mean -> Option<f64>,
         /// Data-loader workers of the main GPU process.
         workers: Option<u32> => mean_count -> Option<f64>,
         /// The busiest worker's share of a core.

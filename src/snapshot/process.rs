@@ -30,10 +30,15 @@ pub struct ProcessContext {
     /// CPU share of one core used by the busiest thread over the last interval: near 1.0 is
     /// the host-bound signature of a Python launch loop.
     pub busiest_thread_ratio: Option<f64>,
-    /// Mean number of the process's main thread and its workers' main threads waiting
-    /// runnable for a CPU over the last interval (run-queue delay per second from schedstat):
-    /// the job wants CPU it does not get.
+    /// Mean number of the process's main thread, its busiest other thread (the autograd
+    /// engine's, a training thread) and its workers' main threads waiting runnable for a CPU
+    /// over the last interval (run-queue delay per second from schedstat): the job wants CPU
+    /// it does not get.
     pub cpu_wait_ratio: Option<f64>,
+    /// The part of it of the threads that run the loop's host work: the main thread and the
+    /// busiest other thread. Beside `busiest_thread_ratio`, the share of their runnable time
+    /// they spent waiting for a CPU.
+    pub loop_cpu_wait_ratio: Option<f64>,
     /// Voluntary context switches since start.
     pub voluntary_switches: u64,
     /// Involuntary context switches since start.

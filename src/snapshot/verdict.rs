@@ -217,11 +217,11 @@ pub enum Reason {
         seen: f64,
     },
     /// The main thread ran the loop's own Python in `seen` of its samples, waiting for CPUs
-    /// others hold `waiting_for_others` of that time.
+    /// others took `waiting_for_others` of that time.
     Python {
         /// Share of the samples.
         seen: f64,
-        /// Share of that time spent waiting for CPUs others hold, where some was.
+        /// Share of that time spent waiting for a CPU because of others, where some was.
         waiting_for_others: Option<f64>,
     },
     /// The main thread loads its own data (no loader workers), computing, in `seen` of its
@@ -243,8 +243,8 @@ pub enum Reason {
         in_kernel: f64,
         /// Waiting for a CPU.
         waiting_for_cpu: f64,
-        /// The share of their CPUs others hold, where they hold some.
-        others_hold: Option<f64>,
+        /// The share of that wait others' processes caused, where they caused some.
+        others_caused: Option<f64>,
         /// Blocked (uninterruptible).
         blocked: f64,
         /// Sleeping.

@@ -2,7 +2,7 @@
 //! rules' scores (inferred).
 
 use super::loader::{split_loader, storage_busy};
-use super::{add, cpu_taken_by_others, note};
+use super::{add, cpu_wait_caused_by_others, note};
 use crate::analysis::score::IDLE_BUSY;
 use crate::analysis::{Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
@@ -78,16 +78,14 @@ pub(super) fn split_observed(
     (collective - communication).max(0.0)
 }
 
-/// The idle time the main thread spent in Python: host_bound, except the part it spent
-/// waiting for a CPU held by others (seen running less than it was seen active).
+/// The idle time the main thread spent in Python: host_bound, except the part of its wait
+/// for a CPU that others caused.
 fn split_python(lost: &mut LostTime, w: &WindowFigures, t: &Thresholds, share: f64, seen: f64) {
     if seen <= 0.0 {
         return;
     }
-    let waiting = w
-        .busiest_thread
-        .map_or(0.0, |cpu| ((seen - cpu) / seen).clamp(0.0, 1.0));
-    let contended = share * waiting * cpu_taken_by_others(w, t);
+    let waiting = waiting_for_a_cpu(w, seen);
+    let contended = share * waiting * cpu_wait_caused_by_others(w, t);
     add(lost, Cause::Kind(Kind::Contention), contended);
     add(lost, Cause::Kind(Kind::HostBound), share - contended);
     let waiting_for_others = (contended > 0.0).then(|| contended / share);
@@ -99,6 +97,16 @@ fn split_python(lost: &mut LostTime, w: &WindowFigures, t: &Thresholds, share: f
             waiting_for_others,
         },
     );
+}
+
+/// The share of the loop's host work spent waiting for a CPU: measured (the loop's threads'
+/// run-queue wait against it plus their CPU: spinning syncs included, which are runnable too),
+/// else estimated from the main thread's samples (seen active in `seen` of them, running less).
+fn waiting_for_a_cpu(w: &WindowFigures, seen: f64) -> f64 {
+    match (w.loop_cpu_wait, w.busiest_thread) {
+        (Some(wait), Some(cpu)) if wait + cpu > 0.0 => wait / (wait + cpu),
+        (_, cpu) => cpu.map_or(0.0, |cpu| ((seen - cpu) / seen).clamp(0.0, 1.0)),
+    }
 }
 
 /// Without stacks: the idle time in proportion to the counter rules' scores.

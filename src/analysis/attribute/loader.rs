@@ -1,6 +1,6 @@
 //! The idle time the loop spent waiting for its loader, by what the workers' time went to.
 
-use super::{add, cpu_taken_by_others, note};
+use super::{add, cpu_wait_caused_by_others, note};
 use crate::analysis::{Cause, InputSource, Kind, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::{Reader, Reason, RemoteSeen};
@@ -42,7 +42,9 @@ pub(super) fn split_loader(
     let computing = per_worker(w.workers_cpu).clamp(0.0, 1.0);
     // CPU in the kernel is the I/O side of the work (reads, receives), not decoding.
     let in_kernel = per_worker(w.workers_system_cpu).clamp(0.0, computing);
-    let wait_cpu = per_worker(w.cpu_wait).clamp(0.0, 1.0 - computing);
+    // The job's wait for a CPU less the loop threads' part: the workers'.
+    let workers_wait = w.cpu_wait.map(|all| all - w.loop_cpu_wait.unwrap_or(0.0));
+    let wait_cpu = per_worker(workers_wait).clamp(0.0, 1.0 - computing);
     let blocked_workers = match (w.workers_blkio, w.workers_disk_wait) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -60,13 +62,13 @@ pub(super) fn split_loader(
         (of(a.remote + a.local_file), of(a.remote))
     });
     let active = 1.0 - (sleeping - asleep_on_input);
-    // The workers' CPU side (computing and waiting for a CPU) is limited by the share of
-    // their CPUs they get: others' share of it is contention. The job's own part splits into
-    // reading (CPU in the kernel, and the waits after blocking: voluntary switches) and
-    // decoding (CPU in user space, and the waits after preemption). Each is a share of the
-    // workers' active time (all but their idle sleep).
-    let others = cpu_taken_by_others(w, t);
-    let own = 1.0 - others;
+    // Of the workers' wait for a CPU, the part others' processes caused is contention; the
+    // rest of their time is the job's own, and splits into reading (CPU in the kernel, and the
+    // waits after blocking: voluntary switches) and decoding (CPU in user space, and the waits
+    // after preemption: too many workers for the CPUs). Each is a share of the workers'
+    // active time (all but their idle sleep).
+    let others = cpu_wait_caused_by_others(w, t);
+    let own_wait = wait_cpu * (1.0 - others);
     let after_blocking = w.workers_voluntary_switches.unwrap_or(if computing > 0.0 {
         in_kernel / computing
     } else {
@@ -84,7 +86,7 @@ pub(super) fn split_loader(
         computing,
         in_kernel,
         waiting_for_cpu: wait_cpu,
-        others_hold: (others > 0.0).then_some(others),
+        others_caused: (others > 0.0).then_some(others),
         blocked,
         sleeping,
         asleep_on_input: seen_asleep.map(|_| asleep_on_input),
@@ -96,10 +98,9 @@ pub(super) fn split_loader(
         note(lost, seen, reasons);
         return;
     }
-    let decoding = own * (computing - in_kernel + wait_cpu * (1.0 - after_blocking)) / active;
-    let reading =
-        (own * (in_kernel + wait_cpu * after_blocking) + blocked + asleep_on_input) / active;
-    let contended = (computing + wait_cpu) * others / active;
+    let decoding = (computing - in_kernel + own_wait * (1.0 - after_blocking)) / active;
+    let reading = (in_kernel + own_wait * after_blocking + blocked + asleep_on_input) / active;
+    let contended = wait_cpu * others / active;
     add(lost, Cause::Kind(Kind::DataCpu), share * decoding);
     add(lost, Cause::Kind(Kind::Contention), share * contended);
     note(lost, seen, reasons);

@@ -9,11 +9,12 @@
 //! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
 //!    Python → sync_stall for the part that follows a sync (the sync drained the queue: all of
 //!    it where the thread waits for the GPU at least as long as it runs Python, else in that
-//!    proportion), host_bound for the rest (its time waiting for a CPU that others hold →
-//!    contention); anything else (sleeping elsewhere) → unexplained.
-//! 3. The loader side, by what the workers' time went to. Their CPU side (computing, and
-//!    waiting runnable for a CPU) is limited by the share of their CPUs they get: where they
-//!    wait for CPUs, the share others hold is contention. The rest: computing in user space
+//!    proportion), host_bound for the rest (its time waiting for a CPU → contention, for the
+//!    part of the wait others caused); anything else (sleeping elsewhere) → unexplained.
+//!    Others cause the wait beyond what the job's own threads would make on its CPUs alone
+//!    (a job that wants no more CPUs than it has would not wait at all): the counterfactual.
+//! 3. The loader side, by what the workers' time went to. Of their wait for a CPU, the part
+//!    others caused (as above) is contention. The rest: computing in user space
 //!    (decoding) and the waits after preemption → data_cpu; computing in the kernel (reads,
 //!    receives), the waits after blocking (voluntary switches), blocked (D state) or sleeping →
 //!    data_io, from local storage when the node's storage shows the load, else from a remote
@@ -139,21 +140,30 @@ fn add(lost: &mut LostTime, cause: Cause, share: f64) {
     lost.shares[cause] += share.max(0.0);
 }
 
-/// The share of the job's CPU-side time that others take: none while the job's threads get a
-/// CPU when they want one (fewer than `cpu_wait_high` waiting on average: a job that is itself
-/// idle never loses its observation to the node's background); else the share of the job's
-/// CPUs' busy time that others hold; all of it under CPU-quota throttling.
-fn cpu_taken_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
+/// The share of the job's wait for a CPU that others cause: the wait beyond what the job's
+/// own demand would make on its CPUs alone. Its threads want `own + waiting` cores (the time
+/// they ran and waited runnable); on its `job_cpus` alone they would wait only for what exceeds
+/// those, and the rest of the wait is what others' processes added, at most the cores they
+/// hold. A job that wants no more CPUs than it has would not have waited at all: every wait is
+/// others'. None while the job's threads get a CPU when they want one (fewer than
+/// `cpu_wait_high` waiting on average: a job that is itself idle never loses its observation
+/// to the node's background); all of it under CPU-quota throttling.
+fn cpu_wait_caused_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
     if w.cgroup_throttled
         .is_some_and(|c| c >= t.cgroup_throttled_high)
     {
         return 1.0;
     }
-    if !w.cpu_wait.is_some_and(|q| q >= t.cpu_wait_high) {
+    let Some(waiting) = w.cpu_wait.filter(|q| *q >= t.cpu_wait_high) else {
         return 0.0;
-    }
-    match (w.own_cpu, w.other_cpu) {
-        (Some(own), Some(other)) if own + other > 0.0 => other / (own + other),
+    };
+    match (w.own_cpu, w.other_cpu, w.job_cpus) {
+        (Some(own), Some(other), Some(cpus)) if cpus > 0.0 => {
+            let alone = (own * cpus + waiting - cpus).max(0.0);
+            ((waiting - alone).min(other * cpus) / waiting).clamp(0.0, 1.0)
+        }
+        // Without the job's CPUs, others' share of the busy ones.
+        (Some(own), Some(other), _) if own + other > 0.0 => other / (own + other),
         _ => 0.0,
     }
 }
@@ -262,7 +272,8 @@ mod tests {
             ..waiting.clone()
         });
         assert!(lost.share(Cause::Kind(Kind::DataCpu)) > 0.6);
-        // Workers waiting for CPUs others hold (2 CPUs, others use most of them).
+        // Workers waiting for CPUs others hold (2 CPUs, others use most of them): the job
+        // alone (2.1 cores wanted) would have waited a tenth of what it did.
         let lost = split(WindowFigures {
             workers_cpu: Some(0.5),
             cpu_wait: Some(1.3),
@@ -285,6 +296,46 @@ mod tests {
             ..waiting
         });
         assert!(lost.share(Cause::Kind(Kind::Contention)) < 0.05, "{lost:?}");
+    }
+
+    #[test]
+    fn python_waits_for_a_cpu_are_contention_for_the_part_others_caused() {
+        // The main thread runs Python in 90 % of the samples but holds a core only 45 % of
+        // the time: it waits for a CPU half of its Python. A main thread and one worker on two
+        // CPUs beside three hogs: alone the job (2 cores wanted) would not have waited.
+        let hogged = WindowFigures {
+            busy: Some(0.5),
+            stacks: stacks([0.0, 0.0, 0.0, 0.9, 0.1]),
+            busiest_thread: Some(0.45),
+            workers: Some(1.0),
+            cpu_wait: Some(1.2),
+            job_cpus: Some(2.0),
+            own_cpu: Some(0.4),
+            other_cpu: Some(0.6),
+            ..WindowFigures::default()
+        };
+        let lost = split(hogged.clone());
+        let contention = lost.share(Cause::Kind(Kind::Contention));
+        let host = lost.share(Cause::Kind(Kind::HostBound));
+        assert!(contention > 0.2 && close(contention, host), "{lost:?}");
+        // The same wait where the job's own threads want 3.1 cores of its two: they would
+        // have waited 1.1 of the 1.2 alone; others caused the rest.
+        let crowded = split(WindowFigures {
+            own_cpu: Some(0.95),
+            other_cpu: Some(0.05),
+            ..hogged.clone()
+        });
+        let contention = crowded.share(Cause::Kind(Kind::Contention));
+        assert!(contention > 0.0 && contention < 0.03, "{crowded:?}");
+        // Others may add no more wait than the CPUs they hold.
+        let light = split(WindowFigures {
+            own_cpu: Some(0.5),
+            other_cpu: Some(0.1),
+            ..hogged
+        });
+        let share =
+            light.share(Cause::Kind(Kind::Contention)) / lost.share(Cause::Kind(Kind::Contention));
+        assert!(close(share, 0.2 / 1.2), "{light:?}");
     }
 
     #[test]

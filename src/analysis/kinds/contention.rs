@@ -7,7 +7,8 @@
 //! and the job's threads wait for a CPU: cgroup throttling, CPU used by others on the job's
 //! CPUs, steal, placement across NUMA nodes. The busiest processes outside the job are named
 //! beside it. Its cost is the busy time other processes' work took, plus the idle time the
-//! job's CPU side (the loop's Python, the loader's computing) lost to CPUs others hold.
+//! job's CPU side (the loop's Python, the loader's workers) spent waiting for a CPU beyond
+//! what its own threads would have made it wait on its CPUs alone.
 //!
 //! Near misses: the job's own processes time-sharing one GPU are contention with their own
 //! advice (one rank per GPU); a helper holding a context (a worker that touched CUDA, a

@@ -354,6 +354,7 @@ impl DemoSource {
             cpu_cores: Some(busiest * 1.4),
             busiest_thread_ratio: Some(busiest),
             cpu_wait_ratio: Some(0.1),
+            loop_cpu_wait_ratio: Some(0.02),
             voluntary_switches: 50_000,
             involuntary_switches: 2_000,
             blkio_delay_seconds: Some(blkio * 10.0),

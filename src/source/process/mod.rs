@@ -14,6 +14,7 @@ mod cgroups;
 pub mod children;
 mod cpus;
 pub mod procfs;
+mod threads;
 mod tree;
 pub mod waits;
 
@@ -26,6 +27,7 @@ use self::cgroups::CgroupReader;
 use self::cpus::read_cpu_nodes;
 pub use self::cpus::share_cpus;
 use self::procfs::Stat;
+use self::threads::ThreadPass;
 use self::tree::TreeFinder;
 use self::waits::{WaitReader, WORKER_WAITS_SIGNAL};
 use super::host::cpu::USER_HZ;
@@ -65,7 +67,7 @@ fn read_stat(path: &Path) -> Result<Stat, ReadError> {
 pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 
 /// CPU and I/O counters of one task, kept between ticks.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Ticks {
     cpu: u64,
     /// The part of `cpu` spent in the kernel (system calls: reads, receives, page faults).
@@ -76,17 +78,6 @@ struct Ticks {
     read_bytes: Option<u64>,
     /// Nanoseconds the task waited for a CPU (`None` where schedstat is absent).
     cpu_wait_ns: Option<u64>,
-}
-
-/// What the last pass over a GPU process's threads found.
-struct ThreadPass {
-    at: Duration,
-    /// CPU ticks of each thread (tid, start time) at the pass.
-    cpu: HashMap<(u32, u64), u64>,
-    /// The busiest thread's share of a core between this pass and the one before.
-    busiest: Option<f64>,
-    /// NUMA nodes the threads last ran on.
-    nodes: BTreeSet<u32>,
 }
 
 /// The process-context source.
@@ -239,7 +230,11 @@ impl ProcessSource {
         let (other_children, _) = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
         let main_wait = since.and_then(|(seconds, before)| cpu_wait(&ticks, &before, seconds));
-        let cpu_wait_ratio = main_wait.zip(workers.cpu_wait_ratio).map(|(m, w)| m + w);
+        let driving_wait = self.busiest_other_wait(pid, key, now, fresh);
+        let loop_cpu_wait_ratio = main_wait.map(|m| m + driving_wait.unwrap_or(0.0));
+        let cpu_wait_ratio = loop_cpu_wait_ratio
+            .zip(workers.cpu_wait_ratio)
+            .map(|(l, w)| l + w);
         Ok(Some(ProcessContext {
             pid,
             ppid: stat.ppid,
@@ -257,6 +252,7 @@ impl ProcessSource {
             }),
             busiest_thread_ratio: busiest,
             cpu_wait_ratio,
+            loop_cpu_wait_ratio,
             voluntary_switches: status.voluntary_switches,
             involuntary_switches: status.involuntary_switches,
             blkio_delay_seconds: delay_accounting.then(|| stat.blkio_ticks as f64 / USER_HZ),
@@ -271,93 +267,6 @@ impl ProcessSource {
             descendants: descendants.all,
             cgroup,
         }))
-    }
-
-    /// The busiest thread's share of a core and the NUMA nodes the threads last ran on.
-    ///
-    /// Ranks carry 100-200 threads, so every thread's stat file is read only every
-    /// `thread_interval` (a pass; the second follows the first on the next tick, so the figure
-    /// appears at once), while the main thread, the one a host-bound Python loop pins, is read
-    /// every tick. The figure is the larger of the main thread's share over the last tick and
-    /// the busiest thread's share between the last two passes.
-    fn threads(
-        &mut self,
-        pid: u32,
-        key: (u32, u64),
-        now: Duration,
-        fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
-    ) -> (Option<f64>, BTreeSet<u32>) {
-        let mut main_share = None;
-        let mut main_node = None;
-        if let Ok(main) = read_stat(&self.roots.procfs.join(format!("{pid}/task/{pid}/stat"))) {
-            main_node = self.numa_node_of(main.processor);
-            // Thread counters are kept beside the processes': key them apart.
-            let main_key = (pid, main.starttime ^ (1 << 63));
-            let ticks = Ticks {
-                cpu: main.utime + main.stime,
-                system: main.stime,
-                switches: None,
-                blkio: 0,
-                read_bytes: None,
-                cpu_wait_ns: None,
-            };
-            main_share = self.since(main_key, now).map(|(seconds, before)| {
-                (ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds).min(1.0)
-            });
-            fresh.insert(
-                main_key,
-                Previous {
-                    at: now,
-                    value: ticks,
-                },
-            );
-        }
-        let due = self.thread_passes.get(&key).is_none_or(|pass| {
-            pass.busiest.is_none() || now.saturating_sub(pass.at) >= self.thread_interval
-        });
-        if due {
-            let mut cpu = HashMap::new();
-            let mut nodes = BTreeSet::new();
-            for tid in self.tasks(pid) {
-                let path = self.roots.procfs.join(format!("{pid}/task/{tid}/stat"));
-                let Ok(thread) = read_stat(&path) else {
-                    continue;
-                };
-                nodes.extend(self.numa_node_of(thread.processor));
-                cpu.insert((tid, thread.starttime), thread.utime + thread.stime);
-            }
-            let before = self.thread_passes.get(&key);
-            let busiest = before.and_then(|before| {
-                let seconds = now.checked_sub(before.at)?.as_secs_f64();
-                if seconds <= 0.0 {
-                    return None;
-                }
-                // Threads seen by both passes; one started in between waits for the next.
-                cpu.iter()
-                    .filter_map(|(thread, ticks)| {
-                        let then = before.cpu.get(thread)?;
-                        Some((ticks.saturating_sub(*then) as f64 / USER_HZ / seconds).min(1.0))
-                    })
-                    .reduce(f64::max)
-            });
-            self.thread_passes.insert(
-                key,
-                ThreadPass {
-                    at: now,
-                    cpu,
-                    busiest,
-                    nodes,
-                },
-            );
-        }
-        let pass = &self.thread_passes[&key];
-        let busiest = match (main_share, pass.busiest) {
-            (Some(main), Some(any)) => Some(main.max(any)),
-            (main, any) => main.or(any),
-        };
-        let mut nodes = pass.nodes.clone();
-        nodes.extend(main_node);
-        (busiest, nodes)
     }
 
     /// What the `sleeping` workers wait on this tick; `None` when refused.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::BufRead;
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -39,13 +39,22 @@ impl Python {
             .expect("python3");
         // Attach only once the interpreter runs the loop (as a rank is by the time it holds a
         // GPU context).
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
+        assert_eq!(line_from(&mut child), "ready");
         Python(child)
     }
+}
+
+/// The next line the child printed, read a byte at a time: a buffered reader dropped after
+/// one line would lose what the child printed after it (the thread id the ray test reads
+/// next, when both lines are in the pipe before the test reads).
+fn line_from(child: &mut Child) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    let stdout = child.stdout.as_mut().unwrap();
+    while stdout.read(&mut byte).expect("the child's output") == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    String::from_utf8(line).unwrap()
 }
 
 impl Drop for Python {
@@ -174,12 +183,10 @@ fn the_thread_that_drives_the_gpu_is_followed_where_the_main_thread_only_joins_i
         &timelines,
         "import threading\ndef step():\n    total = 0\n    for i in range(10000):\n        total += i * i\n    return total\ndef train():\n    print(threading.get_native_id(), flush=True)\n    while True:\n        step()\nthread = threading.Thread(target=train, name='train')\nprint('ready', flush=True)\nthread.start()\n",
     );
-    let mut line = String::new();
-    std::io::BufReader::new(ray.0.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
     let pid = ray.0.id();
-    let train: u32 = line.trim().parse().expect("the thread's native id");
+    let train: u32 = line_from(&mut ray.0)
+        .parse()
+        .expect("the thread's native id");
     let config = StacksConfig {
         interval: gpu_bottleneck_exporter::config::ConfigDuration(Duration::from_millis(50)),
         ..StacksConfig::default()

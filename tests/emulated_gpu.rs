@@ -118,7 +118,7 @@ fn a_spin_wait_burns_the_waiting_thread_and_a_blocking_one_sleeps() {
             let (Some(tick), Some(cpu), Some(wait), Some(steal)) = (
                 value(m, "gpu_exporter_samples_total", &[]),
                 value(m, "gpu_process_busiest_thread_cpu_ratio", &thread),
-                value(m, "gpu_process_cpu_wait_ratio", &thread),
+                value(m, "gpu_process_loop_cpu_wait_ratio", &thread),
                 value(m, "gpu_host_cpu_steal_ratio", &[]),
             ) else {
                 return false;
@@ -138,10 +138,14 @@ fn a_spin_wait_burns_the_waiting_thread_and_a_blocking_one_sleeps() {
         spin_wanted >= 0.8,
         "a spin wait wanted {spin_wanted} of a core (used {spin_used})"
     );
-    let (blocking_used, _) = busiest("blocking");
+    let (blocking_used, blocking_wanted) = busiest("blocking");
     assert!(
         blocking_used <= 0.3,
         "a blocking wait used {blocking_used} of a core"
     );
-    assert!(spin_used > blocking_used + 0.3);
+    // Compared by what they wanted: under load the spinning thread may use far less.
+    assert!(
+        spin_wanted > blocking_wanted + 0.3,
+        "spin wanted {spin_wanted}, blocking {blocking_wanted}"
+    );
 }

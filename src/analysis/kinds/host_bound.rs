@@ -5,8 +5,8 @@
 //! a core (`main_thread_high`), unless its stacks show it mostly synchronizing (CUDA's spin
 //! wait burns the core waiting for the GPU: a veto, not a weight). Observed, its cost is the
 //! idle time the main thread spent running the loop's own Python that no sync drained, less
-//! the part of its wait for a CPU that others caused (contention); a loop without loader workers that
-//! computes its own samples counts here too.
+//! the part of its wait for a CPU that others caused (contention); a loop without loader
+//! workers that computes its own samples counts here too.
 //!
 //! Near misses: a pegged thread that is synchronizing is sync_stall; Python waiting for a
 //! CPU others took is contention (for the wait the job's own threads would not have caused).

@@ -35,7 +35,7 @@ pub fn reason(reason: &Reason) -> String {
             "the main thread waited for the GPU (synchronizing) in {} of the samples{}",
             percent(*seen),
             drained.map_or(String::new(), |d| format!(
-                "; the GPU then idles while the loop's Python runs on an empty queue ({} of that Python)",
+                "; the GPU then idles while the loop's Python runs on the queue it drained ({} of the Python it idled in)",
                 percent(d)
             ))
         ),

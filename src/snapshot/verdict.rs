@@ -208,7 +208,8 @@ pub enum Reason {
     Synchronizing {
         /// Share of the samples.
         seen: f64,
-        /// Share of the Python that followed a sync, where some did.
+        /// Share of the Python the GPU idled in that a sync had drained the queue for, where
+        /// some was.
         drained: Option<f64>,
     },
     /// The main thread waited for its peers in collectives in `seen` of its samples.

@@ -46,21 +46,22 @@ pub(super) fn split_observed(
     };
     // Waiting for a GPU that runs none of the job's work (a queue behind others' kernels).
     add(lost, Cause::Kind(Kind::SyncStall), sync - sync_busy);
-    // Python right after a sync starts on an empty queue: the sync drained it. Where the
-    // thread waits for the GPU at least as long as it runs Python, the GPU is ahead at every
-    // sync and every drain happens there; where Python dominates, in that proportion.
-    let drained_by_sync = if python > 0.0 {
-        (sync / python).min(1.0)
+    // Python right after a sync starts on an empty queue: the sync drained it. Without the
+    // sync the thread would have been as far ahead as it was held there while the GPU worked,
+    // so the sync costs the idle time in Python up to that (the counterfactual); the rest of
+    // that idle time is the host's. Python that launches while the GPU works costs nothing.
+    let python_idle = python * idle_in_host;
+    let drained_by_sync = if python_idle > 0.0 {
+        (sync_busy / python_idle).min(1.0)
     } else {
         0.0
     };
-    let python_idle = python * idle_in_host;
     add(
         lost,
         Cause::Kind(Kind::SyncStall),
         python_idle * drained_by_sync,
     );
-    let drained = (drained_by_sync > 0.0 && python_idle > 0.0).then_some(drained_by_sync);
+    let drained = (drained_by_sync > 0.0).then_some(drained_by_sync);
     note(
         lost,
         sync,

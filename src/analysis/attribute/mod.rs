@@ -7,10 +7,11 @@
 //!    works while the thread waits for it (synchronizing); the rest of its busy time overlaps
 //!    the thread's other activities evenly, so the idle time falls in those in proportion.
 //! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
-//!    Python → sync_stall for the part that follows a sync (the sync drained the queue: all of
-//!    it where the thread waits for the GPU at least as long as it runs Python, else in that
-//!    proportion), host_bound for the rest (its time waiting for a CPU → contention, for the
-//!    part of the wait others caused); anything else (sleeping elsewhere) → unexplained.
+//!    Python → sync_stall for the part that follows a sync (the sync drained the queue), up to
+//!    the time the thread was held in syncs while the GPU worked (without them it would have
+//!    been that far ahead), host_bound for the rest (its time waiting for a CPU → contention,
+//!    for the part of the wait others caused); anything else (sleeping elsewhere) →
+//!    unexplained.
 //!    Others cause the wait beyond what the job's own threads would make on its CPUs alone
 //!    (a job that wants no more CPUs than it has would not wait at all): the counterfactual.
 //! 3. The loader side, by what the workers' time went to. Of their wait for a CPU, the part
@@ -216,6 +217,24 @@ mod tests {
         });
         assert!(lost.share(Cause::Kind(Kind::HostBound)) > 0.35);
         assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.0));
+        // A copy from pageable memory every step: the thread waits for the GPU 34 % of the
+        // time, then runs Python 66 %, most of it launching while the GPU works. The GPU idles
+        // 16 %, all of it in the Python after the sync, shorter than the sync held the thread:
+        // all of it is the sync's.
+        let lost = split(WindowFigures {
+            busy: Some(0.84),
+            stacks: stacks([0.0, 0.34, 0.0, 0.66, 0.0]),
+            busiest_thread: Some(1.0),
+            ..WindowFigures::default()
+        });
+        assert!(
+            close(lost.share(Cause::Kind(Kind::SyncStall)), 0.16),
+            "{lost:?}"
+        );
+        assert!(
+            close(lost.share(Cause::Kind(Kind::HostBound)), 0.0),
+            "{lost:?}"
+        );
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! its line reads (`bool(t)`, a NaN check, `.to("cuda")` from pageable memory name no sync),
 //! and not when it was outside (`.tolist()` of a host array reads like one). Observed, its
 //! cost is the time the thread waited for a GPU that ran none of the job's work plus the
-//! Python that followed a sync on an empty queue (all of it where the thread waits at least as
-//! long as it runs Python, else in that proportion).
+//! idle time in the Python that followed a sync on an empty queue, up to the time the thread
+//! was held in syncs while the GPU worked (without them it would have been that far ahead).
 //!
 //! Near misses: a GPU that runs no work at all is idle, not stalled; input arriving slowly
 //! over the network is a side that is busy waiting (data_io); Python with no sync before it

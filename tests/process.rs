@@ -329,6 +329,15 @@ fn an_io_file_the_exporter_may_not_read_is_reported_unsupported() {
     );
 }
 
+/// Adds `ticks` to the user time (field 14) of a stat file.
+fn add_utime(path: &Path, ticks: u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let close = text.rfind(')').unwrap();
+    let mut fields: Vec<String> = text[close + 2..].split(' ').map(String::from).collect();
+    fields[11] = (fields[11].parse::<u64>().unwrap() + ticks).to_string();
+    std::fs::write(path, format!("{}{}", &text[..close + 2], fields.join(" "))).unwrap();
+}
+
 /// The busiest thread: the main thread every tick, every thread every `thread_interval`. A
 /// third tick in which the main thread idles and thread 1001 burns 0.9 of a core: read with a
 /// 1 s thread interval the pass finds 1001; with the default 15 s the figure still holds the
@@ -342,14 +351,12 @@ fn the_busiest_thread_is_the_main_thread_every_tick_and_any_thread_every_pass() 
         &tree,
     );
     copy_tree(&tree.join("t1"), &tree.join("t2"));
-    // utime is field 14: advance the main thread by 10 ticks and thread 1001 by 90.
+    // Advance the main thread by 10 ticks and thread 1001 by 90.
     for (thread, ticks) in [(1000, 10), (1001, 90)] {
-        let path = tree.join(format!("t2/proc/1000/task/{thread}/stat"));
-        let text = std::fs::read_to_string(&path).unwrap();
-        let close = text.rfind(')').unwrap();
-        let mut fields: Vec<String> = text[close + 2..].split(' ').map(String::from).collect();
-        fields[11] = (fields[11].parse::<u64>().unwrap() + ticks).to_string();
-        std::fs::write(&path, format!("{}{}", &text[..close + 2], fields.join(" "))).unwrap();
+        add_utime(
+            &tree.join(format!("t2/proc/1000/task/{thread}/stat")),
+            ticks,
+        );
     }
     let busiest_at_t2 = |thread_interval: &str| {
         let config: ProcessConfig =
@@ -376,12 +383,7 @@ fn the_wait_for_a_cpu_counts_the_busiest_thread_beside_the_main_thread() {
     let mut waited_ns = 2_000_000_000u64;
     for (from, to) in [("t1", "t2"), ("t2", "t3")] {
         copy_tree(&tree.join(from), &tree.join(to));
-        let path = tree.join(format!("{to}/proc/1000/task/1001/stat"));
-        let text = std::fs::read_to_string(&path).unwrap();
-        let close = text.rfind(')').unwrap();
-        let mut fields: Vec<String> = text[close + 2..].split(' ').map(String::from).collect();
-        fields[11] = (fields[11].parse::<u64>().unwrap() + 90).to_string();
-        std::fs::write(&path, format!("{}{}", &text[..close + 2], fields.join(" "))).unwrap();
+        add_utime(&tree.join(format!("{to}/proc/1000/task/1001/stat")), 90);
         waited_ns += 600_000_000;
         std::fs::write(
             tree.join(format!("{to}/proc/1000/task/1001/schedstat")),

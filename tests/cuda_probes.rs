@@ -109,7 +109,9 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         Some(4.0 * copies)
     );
     // Each item() waits about 50 ms inside the copy (to pageable memory), not in the stream
-    // sync after it.
+    // sync after it. The sync returns at once but is timed on the wall clock: on a loaded
+    // machine a thread that just spun 50 ms is often preempted inside it (CI saw 6 ms a call),
+    // so the bound is a share, one that a wait misplaced into the sync (copy ~0) still breaks.
     let copy_wait = value(&page, "gpu_process_cuda_wait_seconds_total", &with("copy")).unwrap();
     let stream_wait = value(
         &page,
@@ -122,7 +124,7 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         "{copy_wait} s in {copies} copies"
     );
     assert!(
-        stream_wait < copy_wait / 10.0,
+        stream_wait < copy_wait / 3.0,
         "stream {stream_wait} s, copy {copy_wait} s"
     );
     let ratio = value(

@@ -64,8 +64,10 @@ pub struct Thresholds {
     /// Share of the main thread's samples below which the stacks contradict a pipeline kind's
     /// premise, whatever it costs: the loader wait for the data kinds, Python for host_bound,
     /// synchronizing for sync_stall, collectives for communication, the loader wait or Python
-    /// for CPU contention (ours: a quarter of the samples; a loop mostly elsewhere is not
-    /// bound by it).
+    /// for CPU contention (ours: one sample in ten, the share from which the reasons describe
+    /// an activity. An observed cost comes from the samples that show its premise, so it is
+    /// no larger than their share (twice it for a sync, with the queue it drained); a higher
+    /// bar only hides costs above the floor that the stacks do show).
     pub premise_share_min: f64,
     /// Below this, disk, threads, workers and host CPU count as "far from busy" (sync stalls;
     /// ours: half of the saturation thresholds above).
@@ -135,7 +137,7 @@ impl Default for Thresholds {
             stack_share_high: 0.4,
             lost_share_high: 0.1,
             stack_samples_min: 20.0,
-            premise_share_min: 0.25,
+            premise_share_min: 0.1,
             quiet_below: 0.5,
             kernel_util_high: 0.8,
             sm_activity_low: 0.5,

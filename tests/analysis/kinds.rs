@@ -326,13 +326,14 @@ fn a_main_thread_seen_waiting_for_its_loader_is_data_by_the_workers_state() {
     });
     does_not_fire(Kind::DataCpu, |o| {
         computing(o);
-        o.stacks = stacks(Activity::DataLoader, 0.2);
+        o.stacks = stacks(Activity::DataLoader, 0.05);
     });
     does_not_fire(Kind::DataCpu, |o| {
         computing(o);
         o.workers = Some(0);
     });
-    // Workers waiting for the CPUs others hold: contention's case, not data_cpu.
+    // Workers waiting for the CPUs others hold: contention's case; their own computing is
+    // the smaller part of the loader wait.
     let starved_of_cpu = |o: &mut GpuObservation| {
         computing(o);
         o.workers_cpu = Some(0.8);
@@ -341,8 +342,13 @@ fn a_main_thread_seen_waiting_for_its_loader_is_data_by_the_workers_state() {
         o.own_cpu = Some(0.25);
         o.other_cpu = Some(0.7);
     };
-    does_not_fire(Kind::DataCpu, starved_of_cpu);
     fires(Kind::Contention, starved_of_cpu);
+    let verdict = run(40, |_| {
+        let mut o = healthy("GPU-a");
+        starved_of_cpu(&mut o);
+        o
+    });
+    assert_eq!(verdict.primary, Primary::Bottleneck(Kind::Contention));
     // Others busier than an idle-looking job on its CPUs, while the workers compute and wait
     // for no CPU: the observation stands (data_cpu), the background is noise.
     fires(Kind::DataCpu, |o| {

@@ -35,48 +35,54 @@ pub(super) fn split_observed(
             (loader, python)
         }
     };
-    // The GPU works while the thread waits for it; the rest of its busy time overlaps the
-    // thread's other activities evenly, and the idle time falls in them in that proportion.
+    // The GPU works while the thread waits for it. Python right after a sync starts on an
+    // empty queue (the sync drained it): without the sync the thread would have been as far
+    // ahead as it was held there while the GPU worked, so that much Python (the
+    // counterfactual) launches nothing the GPU waits for. The rest of the busy time overlaps
+    // first what keeps the GPU fed (the other Python, launching kernels; a collective running
+    // its own), evenly, then what does not (the drained Python, a loader wait, a sleep
+    // elsewhere): a GPU that keeps up with the loop drains its queue in the waits that launch
+    // nothing, so its idle time falls there first.
     let sync_busy = busy.min(sync);
-    let host = 1.0 - sync;
-    let idle_in_host = if host > 0.0 {
-        ((host - (busy - sync_busy)) / host).clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    // Waiting for a GPU that runs none of the job's work (a queue behind others' kernels).
-    add(lost, Cause::Kind(Kind::SyncStall), sync - sync_busy);
-    // Python right after a sync starts on an empty queue: the sync drained it. Without the
-    // sync the thread would have been as far ahead as it was held there while the GPU worked,
-    // so the sync costs the idle time in Python up to that (the counterfactual); the rest of
-    // that idle time is the host's. Python that launches while the GPU works costs nothing.
-    let python_idle = python * idle_in_host;
-    let drained_by_sync = if python_idle > 0.0 {
-        (sync_busy / python_idle).min(1.0)
-    } else {
-        0.0
-    };
+    let drained = python.min(sync_busy);
+    let left = busy - sync_busy;
+    let fed = python - drained + collective;
+    let idle_in_fed = idle_in(fed, left);
+    let idle_in_starved = idle_in(loader + other + drained, left - fed.min(left));
+    // Waiting for a GPU that runs none of the job's work (a queue behind others' kernels), and
+    // the drained Python's idle time: the sync's. The rest of the Python's is the host's.
+    let drained_idle = drained * idle_in_starved;
     add(
         lost,
         Cause::Kind(Kind::SyncStall),
-        python_idle * drained_by_sync,
+        sync - sync_busy + drained_idle,
     );
-    let drained = (drained_by_sync > 0.0).then_some(drained_by_sync);
+    let python_idle = (python - drained) * idle_in_fed + drained_idle;
     note(
         lost,
         sync,
         Reason::Synchronizing {
             seen: sync,
-            drained,
+            drained: (drained_idle > 0.0).then(|| drained_idle / python_idle),
         },
     );
-    split_python(lost, w, t, python_idle * (1.0 - drained_by_sync), python);
-    split_loader(lost, w, t, loader * idle_in_host, loader);
-    let communication = collective * idle_in_host;
+    split_python(lost, w, t, python_idle - drained_idle, python);
+    split_loader(lost, w, t, loader * idle_in_starved, loader);
+    let communication = collective * idle_in_fed;
     add(lost, Cause::Kind(Kind::Communication), communication);
     note(lost, collective, Reason::InCollectives { seen: collective });
-    add(lost, Cause::Unexplained, other * idle_in_host);
+    add(lost, Cause::Unexplained, other * idle_in_starved);
     (collective - communication).max(0.0)
+}
+
+/// The idle share of activities seen in `seen` of the samples while the GPU worked `busy`
+/// of the window in them.
+fn idle_in(seen: f64, busy: f64) -> f64 {
+    if seen > 0.0 {
+        ((seen - busy) / seen).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
 }
 
 /// The idle time the main thread spent in Python: host_bound, except the part of its wait

@@ -5,7 +5,10 @@
 //!
 //! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
 //!    works while the thread waits for it (synchronizing); the rest of its busy time overlaps
-//!    the thread's other activities evenly, so the idle time falls in those in proportion.
+//!    first what keeps it fed (Python, which launches; collectives, which run kernels of their
+//!    own), then what launches nothing (a loader wait, a sleep elsewhere, the Python right
+//!    after a sync up to the time the sync held the thread while the GPU worked), each group
+//!    evenly: a GPU that keeps up drains its queue in those, so its idle time falls there first.
 //! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
 //!    Python → sync_stall for the part that follows a sync (the sync drained the queue), up to
 //!    the time the thread was held in syncs while the GPU worked (without them it would have
@@ -336,7 +339,7 @@ mod tests {
         let lost = split(hogged.clone());
         let contention = lost.share(Cause::Kind(Kind::Contention));
         let host = lost.share(Cause::Kind(Kind::HostBound));
-        assert!(contention > 0.2 && close(contention, host), "{lost:?}");
+        assert!(contention > 0.15 && close(contention, host), "{lost:?}");
         // The same wait where the job's own threads want 3.1 cores of its two: they would
         // have waited 1.1 of the 1.2 alone; others caused the rest.
         let crowded = split(WindowFigures {

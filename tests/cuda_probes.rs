@@ -32,8 +32,8 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         timelines.path().join("gpu0.timeline").display()
     ));
     let exporter = scenario.start(&common::fake_nvml(false), "");
-    // A steady stream of launches for about 60 ms (so that the launch windows, 10 ms about once
-    // a second, find it launching), then a 50 ms kernel and loss.item() (it waits about 50 ms
+    // A steady stream of launches for about 60 ms (so that the launch windows, 20 ms about every
+    // 2 s, find it launching), then a 50 ms kernel and loss.item() (it waits about 50 ms
     // inside the driver, spinning), then 50 ms of host sleep: the main thread is inside the
     // driver about a third of the time.
     let script = format!(
@@ -75,7 +75,7 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         );
         return;
     }
-    // Kernel launches are counted in 10 ms windows about once a second (their trap is too dear
+    // Kernel launches are counted in 20 ms windows about every 2 s (their trap is too dear
     // to keep): the count is an estimate, there once a window has caught the loop launching.
     let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let page = exporter.metrics_when(|p| {

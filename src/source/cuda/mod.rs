@@ -14,7 +14,7 @@
 //! (`gpu_exporter_signal_supported{signal="cuda_probes"} 0`) and nothing else changes. Each hit
 //! costs the traced thread a trap (1-2 µs on bare metal, 13 µs on this project's VM): waits,
 //! copies and graph launches (a few per step) are probed always; kernel launches (tens of
-//! thousands a second) only in 10 ms windows about once a second, their count estimated, so a
+//! thousands a second) only in 20 ms windows about every 2 s, their count estimated, so a
 //! launch-heavy loop is slowed at most 1 %. Counting is in kernel maps; only waits are timed.
 
 pub mod bpf;

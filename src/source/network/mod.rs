@@ -33,7 +33,14 @@ pub struct NetworkSource {
     config: NetworkConfig,
     previous: HashMap<String, Previous<(u64, u64)>>,
     previous_processes: HashMap<u32, Previous<(u64, u64)>>,
+    /// Each GPU process's mounts, as last read (`None`: unreadable).
+    process_mounts: HashMap<u32, Previous<Option<Vec<ProcessMount>>>>,
 }
+
+/// How long a process's mount table is kept before it is read again: training jobs mount
+/// their storage at start, and the table (hundreds of lines in a pod) is the largest file the
+/// source reads per process.
+const MOUNTS_KEPT: Duration = Duration::from_secs(30);
 
 impl NetworkSource {
     /// A source reading `<procfs>/1/net/dev`, `<procfs>/<pid>/net/dev` and `<sysfs>/class/net`.
@@ -43,6 +50,7 @@ impl NetworkSource {
             config,
             previous: HashMap::new(),
             previous_processes: HashMap::new(),
+            process_mounts: HashMap::new(),
         }
     }
 
@@ -89,6 +97,21 @@ impl NetworkSource {
             })
     }
 
+    /// The mounts `pid` sees; `None` where its mountinfo is unreadable.
+    fn mounts_of(&self, pid: u32) -> Option<Vec<ProcessMount>> {
+        let text = self.roots.read_proc(&format!("{pid}/mountinfo")).ok()?;
+        Some(
+            mounts::parse_mountinfo(&text)
+                .into_iter()
+                .map(|(device, fstype, mount_point)| ProcessMount {
+                    device,
+                    fstype,
+                    mount_point,
+                })
+                .collect(),
+        )
+    }
+
     /// Each GPU process's namespace traffic and network mounts. A process in the node's
     /// namespace sees the virtual interfaces too (veth, bridges: the pods' traffic a second
     /// time), so its traffic is that of the node's physical interfaces.
@@ -100,6 +123,7 @@ impl NetworkSource {
         now: Duration,
     ) -> Vec<ProcessNetwork> {
         let mut previous = std::mem::take(&mut self.previous_processes);
+        let mut kept_mounts = std::mem::take(&mut self.process_mounts);
         let mut networks = Vec::new();
         for pid in pids {
             // A process that exited since the GPU source listed it has no namespace to read.
@@ -128,26 +152,21 @@ impl NetworkSource {
                     value: bytes,
                 },
             );
-            let mounts = self
-                .roots
-                .read_proc(&format!("{pid}/mountinfo"))
-                .ok()
-                .map(|text| {
-                    mounts::parse_mountinfo(&text)
-                        .into_iter()
-                        .map(|(device, fstype, mount_point)| ProcessMount {
-                            device,
-                            fstype,
-                            mount_point,
-                        })
-                        .collect()
-                });
+            let mounts = match kept_mounts.remove(&pid) {
+                Some(kept) if now.saturating_sub(kept.at) < MOUNTS_KEPT => kept,
+                _ => Previous {
+                    at: now,
+                    value: self.mounts_of(pid),
+                },
+            };
+            let process_mounts = mounts.value.clone();
+            self.process_mounts.insert(pid, mounts);
             networks.push(ProcessNetwork {
                 pid,
                 host_network,
                 rates,
                 interface,
-                mounts,
+                mounts: process_mounts,
             });
         }
         networks

@@ -13,6 +13,7 @@ pub mod cgroup;
 mod cgroups;
 pub mod children;
 mod cpus;
+mod kept;
 pub mod procfs;
 mod threads;
 mod tree;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use self::cgroups::CgroupReader;
 use self::cpus::read_cpu_nodes;
 pub use self::cpus::share_cpus;
+use self::kept::KeptFiles;
 use self::procfs::Stat;
 use self::threads::ThreadPass;
 use self::tree::TreeFinder;
@@ -50,17 +52,25 @@ pub(crate) enum ReadError {
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, ReadError> {
-    std::fs::read_to_string(path).map_err(|e| match (e.kind(), e.raw_os_error()) {
+    std::fs::read_to_string(path).map_err(|e| classify(path, &e))
+}
+
+/// ENOENT and ESRCH: the task is gone; EACCES and EPERM: refused.
+fn classify(path: &Path, e: &io::Error) -> ReadError {
+    match (e.kind(), e.raw_os_error()) {
         (io::ErrorKind::NotFound, _) | (_, Some(ESRCH)) => ReadError::Gone,
         (io::ErrorKind::PermissionDenied, _) => ReadError::Denied,
         _ => ReadError::Other(format!("{}: {e}", path.display())),
-    })
+    }
 }
 
 /// Reads and parses a `stat` file of a process or thread.
 fn read_stat(path: &Path) -> Result<Stat, ReadError> {
-    procfs::parse_stat(&read(path)?)
-        .map_err(|e| ReadError::Other(format!("{}: {e}", path.display())))
+    parse_stat_of(path, &read(path)?)
+}
+
+fn parse_stat_of(path: &Path, text: &str) -> Result<Stat, ReadError> {
+    procfs::parse_stat(text).map_err(|e| ReadError::Other(format!("{}: {e}", path.display())))
 }
 
 /// The signal `/proc/<pid>/io` feeds, named as `gpu_exporter_signal_supported` labels it.
@@ -101,6 +111,8 @@ pub struct ProcessSource {
     /// Boot time in seconds since the epoch (`None` until looked at).
     boot_time: Option<Option<u64>>,
     cgroups: CgroupReader,
+    /// The per-tick files of the GPU processes and their workers.
+    kept: KeptFiles,
 }
 
 impl ProcessSource {
@@ -117,12 +129,18 @@ impl ProcessSource {
             waits_denied: false,
             boot_time: None,
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
+            kept: KeptFiles::new(&roots.procfs),
             roots,
         }
     }
 
     fn proc_path(&self, pid: u32, file: &str) -> PathBuf {
         self.roots.procfs.join(pid.to_string()).join(file)
+    }
+
+    /// A per-tick `stat` file, through its kept descriptor.
+    fn kept_stat(&mut self, path: &Path) -> Result<Stat, ReadError> {
+        parse_stat_of(path, &self.kept.read(path)?)
     }
 
     /// `kernel.task_delayacct`: `None` on kernels before 5.14, where it is not a sysctl and
@@ -157,7 +175,7 @@ impl ProcessSource {
     }
 
     fn read_ticks(&mut self, pid: u32, stat: &Stat) -> Ticks {
-        let read_bytes = match read(&self.proc_path(pid, "io")) {
+        let read_bytes = match self.kept.read(&self.proc_path(pid, "io")) {
             Ok(text) => procfs::parse_io(&text).ok().map(|io| io.read_bytes),
             Err(ReadError::Denied) => {
                 self.io_denied = true;
@@ -165,7 +183,9 @@ impl ProcessSource {
             }
             Err(_) => None,
         };
-        let cpu_wait_ns = std::fs::read_to_string(self.proc_path(pid, "schedstat"))
+        let cpu_wait_ns = self
+            .kept
+            .read(&self.proc_path(pid, "schedstat"))
             .ok()
             .and_then(|text| procfs::parse_schedstat_wait(&text).ok());
         Ticks {
@@ -186,13 +206,13 @@ impl ProcessSource {
         delay_accounting: bool,
         fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
     ) -> Result<Option<ProcessContext>, String> {
-        let stat = match read_stat(&self.proc_path(pid, "stat")) {
+        let stat = match self.kept_stat(&self.proc_path(pid, "stat")) {
             Ok(stat) => stat,
             Err(ReadError::Gone) => return Ok(None),
             Err(ReadError::Denied) => return Err(format!("/proc/{pid}/stat: permission denied")),
             Err(ReadError::Other(e)) => return Err(e),
         };
-        let status = match read(&self.proc_path(pid, "status")) {
+        let status = match self.kept.read(&self.proc_path(pid, "status")) {
             Ok(text) => {
                 procfs::parse_status(&text).map_err(|e| format!("/proc/{pid}/status: {e}"))?
             }
@@ -273,7 +293,7 @@ impl ProcessSource {
     fn asleep(&mut self, sleeping: &[u32], now: Duration) -> Option<AsleepWorkers> {
         let mut asleep = AsleepWorkers::default();
         for &worker in sleeping {
-            match self.waits.target(worker, now) {
+            match self.waits.target(worker, now, &mut self.kept) {
                 Ok(Some(target)) => {
                     asleep.sampled += 1;
                     match target {
@@ -313,7 +333,7 @@ impl ProcessSource {
         let mut all_have_rates = true;
         for &worker in descendants {
             // A worker that exited since discovery is simply not counted.
-            let Ok(stat) = read_stat(&self.proc_path(worker, "stat")) else {
+            let Ok(stat) = self.kept_stat(&self.proc_path(worker, "stat")) else {
                 continue;
             };
             summary.count += 1;
@@ -329,7 +349,9 @@ impl ProcessSource {
             let mut ticks = self.read_ticks(worker, &stat);
             // Why a worker gave up its CPU: waiting for I/O (voluntary) or preempted while
             // computing (involuntary); its waits for a CPU follow the same split.
-            ticks.switches = std::fs::read_to_string(self.proc_path(worker, "status"))
+            ticks.switches = self
+                .kept
+                .read(&self.proc_path(worker, "status"))
                 .ok()
                 .and_then(|text| procfs::parse_status(&text).ok())
                 .map(|s| (s.voluntary_switches, s.involuntary_switches));
@@ -431,6 +453,7 @@ impl Source for ProcessSource {
             .flat_map(|c| c.descendants.iter().copied())
             .collect();
         self.waits.retain(|pid| workers.contains(&pid));
+        self.kept.sweep();
 
         snapshot.other_cpu_ratio = snapshot.cpu.as_ref().and_then(|cpu| {
             let rates = cpu.rates?;

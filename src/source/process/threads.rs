@@ -36,7 +36,8 @@ impl ProcessSource {
     ) -> (Option<f64>, BTreeSet<u32>) {
         let mut main_share = None;
         let mut main_node = None;
-        if let Ok(main) = read_stat(&self.roots.procfs.join(format!("{pid}/task/{pid}/stat"))) {
+        let main_path = self.roots.procfs.join(format!("{pid}/task/{pid}/stat"));
+        if let Ok(main) = self.kept_stat(&main_path) {
             main_node = self.numa_node_of(main.processor);
             // Thread counters are kept beside the processes': key them apart.
             let main_key = (pid, main.starttime ^ (1 << 63));
@@ -125,7 +126,7 @@ impl ProcessSource {
             .roots
             .procfs
             .join(format!("{pid}/task/{tid}/schedstat"));
-        let waited = procfs::parse_schedstat_wait(&std::fs::read_to_string(path).ok()?).ok();
+        let waited = procfs::parse_schedstat_wait(&self.kept.read(&path).ok()?).ok();
         let ticks = Ticks {
             cpu_wait_ns: waited,
             ..Ticks::default()

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::kept::KeptFiles;
 use super::{read, ReadError};
 use crate::snapshot::WaitTarget;
 use crate::source::network::mounts::parse_mountinfo;
@@ -160,8 +161,9 @@ impl WaitReader {
         &mut self,
         pid: u32,
         now: Duration,
+        kept: &mut KeptFiles,
     ) -> Result<Option<WaitTarget>, ReadError> {
-        let text = read(&self.procfs.join(format!("{pid}/syscall")))?;
+        let text = kept.read(&self.procfs.join(format!("{pid}/syscall")))?;
         let Some((number, args)) = parse_syscall(&text) else {
             return Ok(None);
         };

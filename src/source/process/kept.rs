@@ -92,7 +92,7 @@ fn is_procfs(root: &Path) -> bool {
     // SAFETY: a NUL-terminated path and a zeroed statfs the call fills in.
     let mut info: libc::statfs = unsafe { std::mem::zeroed() };
     let answered = unsafe { libc::statfs(path.as_ptr(), &mut info) } == 0;
-    answered && info.f_type as i64 == libc::PROC_SUPER_MAGIC as i64
+    answered && info.f_type as u64 == libc::PROC_SUPER_MAGIC as u64
 }
 
 #[cfg(test)]

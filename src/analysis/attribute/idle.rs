@@ -57,16 +57,16 @@ pub(super) fn split_observed(
         Cause::Kind(Kind::SyncStall),
         sync - sync_busy + drained_idle,
     );
-    let python_idle = (python - drained) * idle_in_fed + drained_idle;
+    let host_idle = (python - drained) * idle_in_fed;
     note(
         lost,
         sync,
         Reason::Synchronizing {
             seen: sync,
-            drained: (drained_idle > 0.0).then(|| drained_idle / python_idle),
+            drained: (drained_idle > 0.0).then(|| drained_idle / (drained_idle + host_idle)),
         },
     );
-    split_python(lost, w, t, python_idle - drained_idle, python);
+    split_python(lost, w, t, host_idle, python);
     split_loader(lost, w, t, loader * idle_in_starved, loader);
     let communication = collective * idle_in_fed;
     add(lost, Cause::Kind(Kind::Communication), communication);

@@ -24,7 +24,7 @@ use super::{classify, ReadError};
 const MAX_KEPT: usize = 600;
 
 /// Large enough for any per-task file read here (status is the largest, under 2 KiB).
-const BUFFER: usize = 8192;
+const BUFFER: usize = 4096;
 
 /// /proc files kept open between ticks.
 pub(crate) struct KeptFiles {
@@ -32,7 +32,6 @@ pub(crate) struct KeptFiles {
     keep: bool,
     /// Each open file, and whether it was read on this tick.
     files: HashMap<PathBuf, (File, bool)>,
-    buffer: Vec<u8>,
 }
 
 impl KeptFiles {
@@ -45,19 +44,23 @@ impl KeptFiles {
         KeptFiles {
             keep,
             files: HashMap::new(),
-            buffer: vec![0; BUFFER],
         }
     }
 
     /// The file's whole text, read from offset 0 of its kept descriptor.
     pub(crate) fn read(&mut self, path: &Path) -> Result<String, ReadError> {
-        let file = match self.files.remove(path) {
-            Some((file, _)) => file,
-            None => File::open(path).map_err(|e| classify(path, &e))?,
-        };
-        let text = self.read_from(path, &file);
-        // A task that exited answers ESRCH for good: its descriptor goes.
-        if self.keep && !matches!(text, Err(ReadError::Gone)) && self.files.len() < MAX_KEPT {
+        if let Some((file, read)) = self.files.get_mut(path) {
+            *read = true;
+            let text = read_whole(path, file);
+            // A task that exited answers ESRCH for good: its descriptor goes.
+            if matches!(text, Err(ReadError::Gone)) {
+                self.files.remove(path);
+            }
+            return text;
+        }
+        let file = File::open(path).map_err(|e| classify(path, &e))?;
+        let text = read_whole(path, &file);
+        if self.keep && text.is_ok() && self.files.len() < MAX_KEPT {
             self.files.insert(path.to_path_buf(), (file, true));
         }
         text
@@ -67,21 +70,23 @@ impl KeptFiles {
     pub(crate) fn sweep(&mut self) {
         self.files.retain(|_, (_, read)| std::mem::take(read));
     }
+}
 
-    fn read_from(&mut self, path: &Path, file: &File) -> Result<String, ReadError> {
-        let mut text = Vec::new();
-        loop {
-            let n = file
-                .read_at(&mut self.buffer, text.len() as u64)
-                .map_err(|e| classify(path, &e))?;
-            text.extend_from_slice(&self.buffer[..n]);
-            if n < self.buffer.len() {
-                break;
-            }
+/// A file's whole text from offset 0, in one `pread` where it fits the first buffer.
+fn read_whole(path: &Path, file: &File) -> Result<String, ReadError> {
+    let mut text = vec![0; BUFFER];
+    let mut length = 0;
+    loop {
+        length += file
+            .read_at(&mut text[length..], length as u64)
+            .map_err(|e| classify(path, &e))?;
+        if length < text.len() {
+            break;
         }
-        String::from_utf8(text)
-            .map_err(|_| ReadError::Other(format!("{}: not UTF-8", path.display())))
+        text.resize(2 * text.len(), 0);
     }
+    text.truncate(length);
+    String::from_utf8(text).map_err(|_| ReadError::Other(format!("{}: not UTF-8", path.display())))
 }
 
 /// Whether `root` is a proc filesystem, whose files the kernel writes anew on every read.

@@ -16,6 +16,10 @@ EXPECT = {0: "hung"}
 EXPECT_DETAIL = {0: "all_reduce"}
 # When rank 1 stops arriving.
 HEALTHY_SECONDS = 3.0
+# The verdict needs the window's busy mean past its line, then hang_after (10 s), then
+# min_duration: about 20 s after the hang begins, close to the fast run's 25 s on a loaded
+# machine (a CI-like run read it too late once).
+MIN_SECONDS = 40
 
 
 def all_reduce(gpu, peers, rank):

@@ -315,17 +315,23 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     }))
 }
 
-/// Waits, without the lock, until `point`.
-pub(super) fn wait_until((point, wait): (u64, Wait)) -> CuResult {
-    wait::until(point, wait);
-    CuResult::Success
+/// Waits, without the lock, until the point `query` names; a point behind a held kernel
+/// (held.rs) is asked again every poll, the thread waiting meanwhile as its context says.
+pub(super) fn wait_for(query: impl Fn(&mut Driver, Handle) -> Result<u64, CuResult>) -> CuResult {
+    loop {
+        match in_context(&query) {
+            Ok((driver::HELD, wait)) => wait::until(wait::now_ns() + driver::POLL_NS, wait),
+            Ok((point, wait)) => {
+                wait::until(point, wait);
+                return CuResult::Success;
+            }
+            Err(e) => return e,
+        }
+    }
 }
 
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn cuCtxSynchronize() -> CuResult {
-    match in_context(|d, c| d.sync_point(c, None)) {
-        Ok(point) => wait_until(point),
-        Err(e) => e,
-    }
+    wait_for(|d, c| d.sync_point(c, None))
 }

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::*;
-use crate::driver::KernelCost;
+use crate::driver::{self, KernelCost};
 use crate::wait;
 use crate::CuResult;
 
@@ -58,16 +58,19 @@ fn launch(function: Option<Ptr>, stream: Ptr, kernels: &[KernelCost]) -> CuResul
             let context = current()?;
             let wait = d.wait_of(context)?;
             match d.launch(context, stream_of(stream)?, kernels) {
-                Ok(_) => Ok(None),
-                Err(Ok(oldest)) => Ok(Some((oldest, wait))),
+                Ok(end) => Ok(Ok(end == Some(driver::HELD))),
+                Err(Ok(oldest)) => Ok(Err((oldest, wait))),
                 Err(Err(e)) => Err(e),
             }
         });
         match booked {
-            Ok(None) => return CuResult::Success,
-            Ok(Some(full)) => {
-                wait_until(full);
+            Ok(Ok(held)) => {
+                if held {
+                    driver::move_holds();
+                }
+                return CuResult::Success;
             }
+            Ok(Err((full, wait))) => wait::until(full, wait),
             Err(e) => return e,
         }
     }
@@ -129,10 +132,7 @@ pub extern "C" fn cuStreamDestroy_v2(stream: Ptr) -> CuResult {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn cuStreamSynchronize(stream: Ptr) -> CuResult {
-    match in_context(|d, c| d.sync_point(c, stream_of(stream)?)) {
-        Ok(point) => wait_until(point),
-        Err(e) => e,
-    }
+    wait_for(|d, c| d.sync_point(c, stream_of(stream)?))
 }
 
 #[no_mangle]
@@ -146,9 +146,12 @@ pub extern "C" fn cuStreamQuery(stream: Ptr) -> CuResult {
 
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(stream: Ptr, event: Ptr, _flags: c_uint) -> CuResult {
-    code(with(|d| {
-        d.stream_wait_event(stream_of(stream)?, index_or(Kind::Event, event)?)
-    }))
+    code(
+        in_context(|d, c| {
+            d.stream_wait_event(c, stream_of(stream)?, index_or(Kind::Event, event)?)
+        })
+        .map(drop),
+    )
 }
 
 #[no_mangle]
@@ -198,10 +201,7 @@ pub extern "C" fn cuEventRecord(event: Ptr, stream: Ptr) -> CuResult {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn cuEventSynchronize(event: Ptr) -> CuResult {
-    match in_context(|d, _| d.event_point(index_or(Kind::Event, event)?)) {
-        Ok(point) => wait_until(point),
-        Err(e) => e,
-    }
+    wait_for(|d, _| d.event_point(index_or(Kind::Event, event)?))
 }
 
 #[no_mangle]
@@ -268,4 +268,16 @@ pub extern "C" fn cuGraphLaunch(exec: Ptr, stream: Ptr) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn emuDeviceQueueEnd(device: c_int, end: *mut u64) -> CuResult {
     code(with(|d| out(end, d.queue_end(d.primary_of(device)?)?)))
+}
+
+/// The test bed's own entry point: when the kernel spinning on `word` (`UNTIL_WORD`) started
+/// on the device, `CUDA_ERROR_NOT_READY` until it is booked (it may wait behind another
+/// held kernel); told once. The stub NCCL learns from it when its rank arrived at a
+/// collective, which NCCL's kernels learn on the GPU.
+#[no_mangle]
+pub unsafe extern "C" fn emuKernelStarted(word: *const u64, start: *mut u64) -> CuResult {
+    code(with(|d| match d.take_start(word as u64) {
+        Some(at) => out(start, at),
+        None => Err(CuResult::NotReady),
+    }))
 }

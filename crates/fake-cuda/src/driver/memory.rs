@@ -1,5 +1,6 @@
 //! Device memory, pinned host memory and copies.
 
+use super::held::Later;
 use super::*;
 
 impl Driver {
@@ -99,6 +100,10 @@ impl Driver {
         }
         let now = wait::now_ns();
         let ctx = self.context_mut(context)?;
+        if let Some(held) = ctx.held.as_mut() {
+            held.keep(Later::Copy(stream, copy, bytes, pinned));
+            return Ok(HELD);
+        }
         let after = match stream {
             None => ctx.last_end_ns,
             Some(_) => 0,

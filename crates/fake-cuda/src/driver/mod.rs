@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use emu_timeline::Device;
 
+mod held;
 mod memory;
 mod work;
+
+pub use held::{move_holds, HELD, POLL_NS, UNTIL_WORD};
 
 use super::wait::{self, Wait};
 use super::CuResult;
@@ -44,7 +47,8 @@ pub struct KernelCost {
     pub dram: f64,
     /// Timeline flags (`emu_timeline::COLLECTIVE_KERNEL`).
     pub flags: u32,
-    /// Non-zero: the kernel runs until this CLOCK_MONOTONIC time (a collective's spin).
+    /// Non-zero: the kernel runs until this CLOCK_MONOTONIC time (a collective's spin), or,
+    /// with [`UNTIL_WORD`] in `flags`, the address of the word that will say when (held.rs).
     pub until_ns: u64,
 }
 
@@ -85,6 +89,8 @@ struct Context {
     pending: VecDeque<u64>,
     /// Live references of a primary context (cuDevicePrimaryCtxRetain), 0 for others.
     retained: u32,
+    /// The kernel the context's queue waits behind, and the work kept after it.
+    held: Option<held::Held>,
 }
 
 struct Stream {
@@ -122,6 +128,8 @@ pub struct Driver {
     allocations: HashMap<u64, (Handle, u64)>,
     next_device_ptr: u64,
     pinned: Vec<(usize, usize)>,
+    /// When each kernel waiting on a word (by its address) started, until asked (held.rs).
+    started: HashMap<u64, u64>,
 }
 
 fn insert<T>(table: &mut Vec<Option<T>>, value: T) -> Handle {
@@ -180,6 +188,7 @@ impl Driver {
             allocations: HashMap::new(),
             next_device_ptr: DEVICE_BASE,
             pinned: Vec::new(),
+            started: HashMap::new(),
         }
     }
 
@@ -229,6 +238,7 @@ impl Driver {
                 last_end_ns: 0,
                 pending: VecDeque::new(),
                 retained: 0,
+                held: None,
             },
         ))
     }

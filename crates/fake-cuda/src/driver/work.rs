@@ -1,7 +1,6 @@
 //! Streams, events, captured graphs, modules and launches.
 
-use emu_timeline::{Length, Shares};
-
+use super::held::Later;
 use super::*;
 
 impl Driver {
@@ -43,7 +42,11 @@ impl Driver {
 
     /// When the work queued on `stream` (None: the legacy default stream of `context`) ends.
     /// Syncing a capturing stream is refused and ends its capture (CUDA's rule).
+    /// [`HELD`] while the context waits behind a held kernel.
     pub fn sync_point(&mut self, context: Handle, stream: Option<Handle>) -> Result<u64, CuResult> {
+        if self.is_held(context)? && !self.is_capturing(stream)? {
+            return Ok(HELD);
+        }
         match stream {
             None => {
                 if self.capturing(context) {
@@ -93,9 +96,15 @@ impl Driver {
         event: Handle,
         stream: Option<Handle>,
     ) -> Result<(), CuResult> {
-        let at = match stream {
-            None => self.context(context)?.last_end_ns,
-            Some(s) => self.stream(s)?.last_end_ns,
+        let ctx = self.context_mut(context)?;
+        let at = if let Some(held) = ctx.held.as_mut() {
+            held.keep(Later::Record(event, stream));
+            HELD
+        } else {
+            match stream {
+                None => ctx.last_end_ns,
+                Some(s) => self.stream(s)?.last_end_ns,
+            }
         };
         let event = self.events.get_mut(event).and_then(Option::as_mut);
         event.ok_or(CuResult::InvalidHandle)?.at_ns = Some(at.max(wait::now_ns()));
@@ -108,14 +117,20 @@ impl Driver {
         Ok(event.ok_or(CuResult::InvalidHandle)?.at_ns.unwrap_or(0))
     }
 
-    /// cuStreamWaitEvent: `stream`'s later work starts after the event's.
+    /// cuStreamWaitEvent: `stream`'s later work starts after the event's. An event still
+    /// behind a hold of another context is taken as complete (the stub holds whole contexts).
     pub fn stream_wait_event(
         &mut self,
+        context: Handle,
         stream: Option<Handle>,
         event: Handle,
     ) -> Result<(), CuResult> {
         let at = self.event_point(event)?;
-        if let Some(s) = stream {
+        if let Some(held) = self.context_mut(context)?.held.as_mut() {
+            held.keep(Later::WaitEvent(stream, event));
+            return Ok(());
+        }
+        if let (Some(s), false) = (stream, at == HELD) {
             let stream = self.stream_mut(s)?;
             stream.last_end_ns = stream.last_end_ns.max(at);
         }
@@ -212,7 +227,8 @@ impl Driver {
     }
 
     /// Either records the kernels into `stream`'s capture (returning None), or, when the
-    /// launch queue has room, books them on the device as one launch (returning their end);
+    /// launch queue has room, books them on the device as one launch (returning their end, or
+    /// [`HELD`] when the context now waits behind a held kernel);
     /// a full queue returns `Err(Ok(oldest end))` for the caller to wait on without the lock.
     pub fn launch(
         &mut self,
@@ -220,7 +236,6 @@ impl Driver {
         stream: Option<Handle>,
         kernels: &[KernelCost],
     ) -> Result<Option<u64>, Result<u64, CuResult>> {
-        let pid = self.pid;
         if let Some(s) = stream {
             let stream = self.stream_mut(s).map_err(Err)?;
             if let Some(capture) = stream.capture.as_mut() {
@@ -232,43 +247,25 @@ impl Driver {
             self.invalidate_captures(context);
             return Err(Err(CuResult::StreamCaptureImplicit));
         }
-        let not_before = match stream {
-            Some(s) => self.stream(s).map_err(Err)?.last_end_ns,
-            None => 0,
-        };
         let now = wait::now_ns();
         let ctx = self.context_mut(context).map_err(Err)?;
         while ctx.pending.front().is_some_and(|&end| end <= now) {
             ctx.pending.pop_front();
         }
-        if ctx.pending.len() >= QUEUE_DEPTH {
-            return Err(Ok(ctx.pending[0]));
+        let kept = ctx.held.as_ref().map_or(0, |h| h.kept_kernels());
+        if ctx.pending.len() + kept >= QUEUE_DEPTH {
+            // Behind a hold the oldest end is not known yet: look again shortly.
+            let retry = if kept > 0 {
+                now + POLL_NS
+            } else {
+                ctx.pending[0]
+            };
+            return Err(Ok(retry));
         }
-        let not_before = not_before.max(ctx.last_end_ns * u64::from(stream.is_none()));
-        let ends = ctx.timeline.locked(|t| {
-            let mut end = not_before;
-            for k in kernels {
-                let length = if k.until_ns > 0 {
-                    Length::Until(k.until_ns)
-                } else {
-                    Length::Nanos((k.seconds.max(0.0) * 1e9) as u64)
-                };
-                let shares = Shares {
-                    sm: k.sm,
-                    occupancy: k.occupancy,
-                    tensor: k.tensor,
-                    dram: k.dram,
-                };
-                end = t.book(pid, now, end, length, shares, k.flags).end_ns;
-            }
-            end
-        });
-        let end = ends.map_err(|_| Err(CuResult::Unknown))?;
-        ctx.pending.push_back(end);
-        ctx.last_end_ns = ctx.last_end_ns.max(end);
-        if let Some(s) = stream {
-            self.stream_mut(s).map_err(Err)?.last_end_ns = end;
+        if !kernels.iter().all(held::valid_word) {
+            return Err(Err(CuResult::InvalidValue));
         }
+        let end = self.enqueue(context, stream, kernels).map_err(Err)?;
         Ok(Some(end))
     }
 }

@@ -206,6 +206,25 @@ impl Device {
         }
     }
 
+    /// Ends `pid`'s last kernel at `end_ns` instead of `booked_end_ns`, when nothing was booked
+    /// after it (a spin booked ahead of the clock whose wait turned out to end sooner); returns
+    /// the end it now has, or None when the device's queue has moved past it. Call under
+    /// [`Device::locked`].
+    pub fn shorten_last(&self, pid: u32, booked_end_ns: u64, end_ns: u64) -> Option<u64> {
+        let head = self.u64(16);
+        let last = self.record_at(head.checked_sub(1)?);
+        if self.u32(last as usize + 16) != pid
+            || self.u64(last + 8) != booked_end_ns
+            || self.u64(24) != booked_end_ns
+        {
+            return None;
+        }
+        let end = end_ns.max(self.u64(last) + 1);
+        self.put_u64(last + 8, end);
+        self.put_u64(24, end);
+        Some(end)
+    }
+
     fn slot_at(&self, slot: u64) -> u64 {
         HEADER + slot * SLOT
     }

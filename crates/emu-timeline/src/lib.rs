@@ -354,6 +354,38 @@ mod tests {
     }
 
     #[test]
+    fn a_spin_booked_ahead_is_cut_back_only_while_nothing_follows_it() {
+        let path = temp("shorten");
+        let _ = std::fs::remove_file(&path);
+        let device = Device::open(&path).unwrap();
+        let spin = Shares {
+            sm: 0.06,
+            occupancy: 0.01,
+            tensor: 0.0,
+            dram: 0.02,
+        };
+        let (cut, refused) = device
+            .locked(|d| {
+                let ahead = d.book(7, 1_000, 1_000, Length::Until(11_000), spin, 1);
+                let cut = d.shorten_last(7, ahead.end_ns, 4_000);
+                // Another process books behind it: the spin can no longer be cut.
+                let next = d.book(8, 2_000, 0, Length::Nanos(500), spin, 0);
+                let refused = d.shorten_last(8, next.end_ns + 1, 4_100);
+                (cut, refused.or(d.shorten_last(7, 4_000, 3_000)))
+            })
+            .unwrap();
+        assert_eq!((cut, refused), (Some(4_000), None));
+        let t = read(&path, 0).unwrap();
+        assert_eq!(
+            t.kernels
+                .iter()
+                .map(|k| (k.start_ns, k.end_ns))
+                .collect::<Vec<_>>(),
+            [(1_000, 4_000), (4_000, 4_500)]
+        );
+    }
+
+    #[test]
     fn a_missing_file_is_an_unused_gpu_and_a_foreign_one_an_error() {
         assert!(read(&temp("none"), 0).unwrap().kernels.is_empty());
         let path = temp("foreign");

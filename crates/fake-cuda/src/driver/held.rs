@@ -202,20 +202,23 @@ impl Driver {
         };
         let kernel = held.kernel;
         let after = held.booked_until_ns;
-        let end = if until > after {
-            ctx.timeline
-                .locked(|t| {
+        let end = ctx
+            .timeline
+            .locked(|t| {
+                if until > after {
+                    // The same kernel going on: from where its booking ended, however late
+                    // this look at it comes.
                     let flags = kernel.flags & !UNTIL_WORD;
-                    // The same kernel going on: from where its booking ended, however
-                    // late this look at it comes.
                     let length = Length::Until(until);
                     t.book(pid, after, after, length, shares_of(&kernel), flags)
                         .end_ns
-                })
-                .map_err(|_| CuResult::Unknown)?
-        } else {
-            after
-        };
+                } else {
+                    // Booked ahead past the end the word gives: cut back, unless other work
+                    // was booked behind it meanwhile.
+                    t.shorten_last(pid, after, until).unwrap_or(after)
+                }
+            })
+            .map_err(|_| CuResult::Unknown)?;
         held.booked_until_ns = end;
         let stream = held.stream;
         ctx.pending.push_back(end);

@@ -1,0 +1,192 @@
+//! A communicator's shared file: what its ranks' processes see of each other. Each rank maps
+//! it; collectives are numbered in the order every rank issues them (NCCL requires one order)
+//! and each takes a slot of a ring, where each rank writes when its kernel started on its GPU
+//! and the last to arrive writes when the collective's wait ends: the word the ranks' kernels
+//! spin on.
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | u32 ranks (set by the first to join), u32 0 |
+//! | 8 | u64 ranks joined |
+//! | 64 | per rank, 32 bytes: u32 pid, i32 device, u64 bus bytes per second, u64 collectives issued, u64 0 |
+//! | 64 + 32 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 0, then per rank its kernel's start (ns; 0 until known) |
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Ranks a communicator may have, and collectives in flight at once.
+pub const MAX_RANKS: usize = 64;
+pub const SLOTS: u64 = 256;
+const RANKS_AT: usize = 64;
+const RANK_BYTES: usize = 32;
+const SLOTS_AT: usize = RANKS_AT + RANK_BYTES * MAX_RANKS;
+const SLOT_BYTES: usize = 32 + 8 * MAX_RANKS;
+const LEN: usize = SLOTS_AT + SLOT_BYTES * SLOTS as usize;
+
+/// One rank's mapping of the file.
+pub struct Shared {
+    map: *mut u8,
+}
+
+// Every field is read and written through atomics.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Maps the communicator's file, creating it (zeroed) if this rank is the first.
+    pub fn open(path: &Path) -> io::Result<Shared> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if file.metadata()?.len() < LEN as u64 {
+            file.set_len(LEN as u64)?;
+        }
+        // SAFETY: a shared mapping of a file of LEN bytes; unmapped on drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Shared { map: map.cast() })
+    }
+
+    fn u64_at(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at + 8 <= LEN && at.is_multiple_of(8));
+        // SAFETY: in bounds and aligned (the mapping is page-aligned, offsets multiples of 8).
+        unsafe { &*(self.map.add(at) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: as u64_at.
+        unsafe { &*(self.map.add(at) as *const AtomicU32) }
+    }
+
+    /// Sets the rank count, or checks it against the one set: false on a mismatch.
+    pub fn agree_ranks(&self, ranks: u32) -> bool {
+        match self
+            .u32_at(0)
+            .compare_exchange(0, ranks, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => true,
+            Err(set) => set == ranks,
+        }
+    }
+
+    /// Records this rank; returns the ranks joined so far, itself included.
+    pub fn join(&self, rank: usize, pid: u32, device: i32, bus_bytes_per_s: u64) -> u64 {
+        let at = RANKS_AT + rank * RANK_BYTES;
+        self.u32_at(at + 4).store(device as u32, Ordering::SeqCst);
+        self.u64_at(at + 8).store(bus_bytes_per_s, Ordering::SeqCst);
+        self.u32_at(at).store(pid, Ordering::SeqCst);
+        self.u64_at(8).fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    pub fn joined(&self) -> u64 {
+        self.u64_at(8).load(Ordering::SeqCst)
+    }
+
+    /// The slowest rank's bus bandwidth: what every transfer of the communicator runs at.
+    pub fn slowest_bus(&self, ranks: usize) -> u64 {
+        (0..ranks)
+            .map(|r| {
+                self.u64_at(RANKS_AT + r * RANK_BYTES + 8)
+                    .load(Ordering::SeqCst)
+            })
+            .filter(|&b| b > 0)
+            .min()
+            .unwrap_or(1)
+    }
+
+    pub fn count_issued(&self, rank: usize) {
+        self.u64_at(RANKS_AT + rank * RANK_BYTES + 16)
+            .fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn slot_at(number: u64) -> usize {
+        SLOTS_AT + (number % SLOTS) as usize * SLOT_BYTES
+    }
+
+    /// Takes collective `number`'s slot: the first rank to reach it clears it; a rank that
+    /// finds it still held by the collective SLOTS before (a peer that far behind) waits.
+    pub fn claim(&self, number: u64, bytes: u64, operation: u32) {
+        let at = Self::slot_at(number);
+        let tag = self.u64_at(at);
+        loop {
+            let held = tag.load(Ordering::SeqCst);
+            if held == number + 1 {
+                return;
+            }
+            let previous_done = held == 0 || self.u64_at(at + 8).load(Ordering::SeqCst) != 0;
+            if held < number + 1 && previous_done {
+                // Cleared before it is tagged, so that a peer that sees the tag sees it clear.
+                if tag
+                    .compare_exchange(held, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    self.u64_at(at + 8).store(0, Ordering::SeqCst);
+                    self.u64_at(at + 16).store(bytes, Ordering::SeqCst);
+                    self.u32_at(at + 24).store(operation, Ordering::SeqCst);
+                    for rank in 0..MAX_RANKS {
+                        self.u64_at(at + 32 + 8 * rank).store(0, Ordering::SeqCst);
+                    }
+                    tag.store(number + 1, Ordering::SeqCst);
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// The word collective `number`'s kernels spin on: when its wait ends (0 until known).
+    pub fn end_word(&self, number: u64) -> &AtomicU64 {
+        self.u64_at(Self::slot_at(number) + 8)
+    }
+
+    /// Records when `rank`'s kernel of collective `number` started; once every rank has, the
+    /// wait ends at the latest start (the last rank's arrival), written once. Returns whether
+    /// this call completed it.
+    pub fn arrive(&self, number: u64, rank: usize, ranks: usize, start_ns: u64) -> bool {
+        let at = Self::slot_at(number);
+        self.u64_at(at + 32 + 8 * rank)
+            .store(start_ns.max(1), Ordering::SeqCst);
+        let starts: Vec<u64> = (0..ranks)
+            .map(|r| self.u64_at(at + 32 + 8 * r).load(Ordering::SeqCst))
+            .collect();
+        if starts.contains(&0) {
+            return false;
+        }
+        let last = starts.into_iter().max().unwrap_or(start_ns);
+        self.end_word(number)
+            .compare_exchange(0, last, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// The ranks whose kernel of collective `number` has not started: whom the others wait for.
+    pub fn missing(&self, number: u64, ranks: usize) -> Vec<usize> {
+        let at = Self::slot_at(number);
+        (0..ranks)
+            .filter(|&r| self.u64_at(at + 32 + 8 * r).load(Ordering::SeqCst) == 0)
+            .collect()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in open, unmapped once.
+        unsafe { libc::munmap(self.map.cast(), LEN) };
+    }
+}

@@ -1,0 +1,259 @@
+//! The stub NCCL over the stub driver, two ranks as two threads on two emulated GPUs: a
+//! collective returns at once, its kernel spins on each GPU until the last rank's has started,
+//! and a rank that never comes leaves the others spinning.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::ptr::null_mut;
+use std::sync::{Barrier, Once};
+use std::time::Duration;
+
+use emu_timeline::COLLECTIVE_KERNEL;
+use fake_nccl::comm::{now_ns, Comm};
+use fake_nccl::*;
+
+type Ptr = *mut c_void;
+
+/// The stub driver's entry points the ranks call, loaded by its SONAME as NCCL loads it.
+struct Cuda {
+    init: unsafe extern "C" fn(c_uint) -> c_int,
+    retain: unsafe extern "C" fn(*mut Ptr, c_int) -> c_int,
+    set_current: unsafe extern "C" fn(Ptr) -> c_int,
+    synchronize: unsafe extern "C" fn() -> c_int,
+    query: unsafe extern "C" fn(Ptr) -> c_int,
+}
+
+fn cuda() -> &'static Cuda {
+    static LOADED: std::sync::OnceLock<Cuda> = std::sync::OnceLock::new();
+    static DIRECTORY: Once = Once::new();
+    DIRECTORY.call_once(|| {
+        let directory = std::env::temp_dir().join(format!("fake-nccl-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        std::env::set_var("EMUGPU_DIR", &directory);
+    });
+    LOADED.get_or_init(|| unsafe {
+        let exe = std::env::current_exe().unwrap();
+        let library = exe
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("libfake_cuda.so");
+        assert!(
+            library.exists(),
+            "{} missing: cargo build --workspace first",
+            library.display()
+        );
+        let path = std::ffi::CString::new(library.to_str().unwrap()).unwrap();
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+        assert!(!handle.is_null());
+        Cuda {
+            init: symbol(handle, c"cuInit"),
+            retain: symbol(handle, c"cuDevicePrimaryCtxRetain"),
+            set_current: symbol(handle, c"cuCtxSetCurrent"),
+            synchronize: symbol(handle, c"cuCtxSynchronize"),
+            query: symbol(handle, c"cuStreamQuery"),
+        }
+    })
+}
+
+/// A function of the loaded library, as the type it is used as.
+unsafe fn symbol<T: Copy>(library: Ptr, name: &std::ffi::CStr) -> T {
+    let found = libc::dlsym(library, name.as_ptr());
+    assert!(!found.is_null(), "{name:?}");
+    std::mem::transmute_copy(&found)
+}
+
+/// Makes `device`'s primary context current on the calling thread.
+fn on_device(device: c_int) {
+    let cuda = cuda();
+    let mut context = null_mut();
+    unsafe {
+        assert_eq!((cuda.init)(0), 0);
+        assert_eq!((cuda.retain)(&mut context, device), 0);
+        assert_eq!((cuda.set_current)(context), 0);
+    }
+}
+
+fn collectives(device: c_int) -> Vec<emu_timeline::Kernel> {
+    let directory = std::env::var("EMUGPU_DIR").unwrap();
+    let path = std::path::Path::new(&directory).join(format!("gpu{device}.timeline"));
+    let kernels = emu_timeline::read(&path, 0).unwrap().kernels;
+    kernels
+        .into_iter()
+        .filter(|k| k.flags == COLLECTIVE_KERNEL)
+        .collect()
+}
+
+fn unique_id() -> UniqueId {
+    let mut id = UniqueId { internal: [0; 128] };
+    assert_eq!(unsafe { ncclGetUniqueId(&mut id) }, SUCCESS);
+    id
+}
+
+/// Joins rank `rank` of two on `device` (blocks until the other rank joins).
+fn join(id: UniqueId, rank: c_int, device: c_int) -> usize {
+    on_device(device);
+    let mut comm: *mut Comm = null_mut();
+    assert_eq!(unsafe { ncclCommInitRank(&mut comm, 2, id, rank) }, SUCCESS);
+    comm as usize
+}
+
+fn all_reduce(comm: usize, floats: usize) -> c_int {
+    let buffer = 0x7e00_0000_0000usize as *mut c_void; // a device address: never read
+    unsafe {
+        ncclAllReduce(
+            buffer,
+            buffer,
+            floats,
+            7,
+            0,
+            comm as *const Comm,
+            null_mut(),
+        )
+    }
+}
+
+#[test]
+fn a_collective_returns_at_once_and_spins_on_the_gpu_until_the_last_rank_arrives() {
+    cuda();
+    let id = unique_id();
+    let met = Barrier::new(2);
+    let late = std::thread::scope(|scope| {
+        let early = scope.spawn(|| {
+            let comm = join(id, 0, 0);
+            let mut out = 0;
+            unsafe {
+                assert_eq!(ncclCommCount(comm as *const Comm, &mut out), SUCCESS);
+                assert_eq!(out, 2);
+                assert_eq!(ncclCommUserRank(comm as *const Comm, &mut out), SUCCESS);
+                assert_eq!(out, 0);
+                assert_eq!(ncclCommCuDevice(comm as *const Comm, &mut out), SUCCESS);
+                assert_eq!(out, 0);
+            }
+            met.wait();
+            let issued = now_ns();
+            assert_eq!(all_reduce(comm, 25 << 20), SUCCESS); // 100 MB of gradients
+            let returned = now_ns();
+            // The host goes on; the GPU does not.
+            assert_eq!(unsafe { (cuda().query)(null_mut()) }, 600);
+            assert_eq!(unsafe { (cuda().synchronize)() }, 0);
+            (issued, returned, now_ns(), comm)
+        });
+        let late = scope.spawn(|| {
+            let comm = join(id, 1, 1);
+            met.wait();
+            std::thread::sleep(Duration::from_millis(80));
+            let issued = now_ns();
+            assert_eq!(all_reduce(comm, 25 << 20), SUCCESS);
+            assert_eq!(unsafe { (cuda().synchronize)() }, 0);
+            (issued, comm)
+        });
+        let (issued, returned, synced, comm0) = early.join().unwrap();
+        let (late_issued, comm1) = late.join().unwrap();
+        assert!(
+            returned - issued < 20_000_000,
+            "the collective blocked its caller"
+        );
+        assert!(
+            synced >= late_issued,
+            "rank 0's sync returned before rank 1 came"
+        );
+        unsafe {
+            assert_eq!(ncclCommDestroy(comm0 as *mut Comm), SUCCESS);
+            assert_eq!(ncclCommDestroy(comm1 as *mut Comm), SUCCESS);
+        }
+        (issued, late_issued)
+    });
+    let (issued, late_issued) = late;
+    let (early, late_kernels) = (collectives(0), collectives(1));
+    assert_eq!(early.len(), 1, "{early:?}");
+    assert_eq!(late_kernels.len(), 1, "{late_kernels:?}");
+    let (spin, arrived) = (early[0], late_kernels[0]);
+    // Rank 0's kernel ran from its launch through rank 1's arrival, a few SMs busy; both end
+    // together, the transfer after the last arrival: 2 × (n-1)/n × 100 MB at 100 GB/s.
+    assert!(spin.start_ns >= issued && spin.start_ns < late_issued);
+    assert!((spin.sm - 0.06).abs() < 1e-3);
+    assert!(arrived.start_ns >= late_issued);
+    assert_eq!(spin.end_ns, arrived.end_ns);
+    let transfer = arrived.end_ns - arrived.start_ns;
+    assert!((1_040_000..1_070_000).contains(&transfer), "{transfer} ns");
+}
+
+#[test]
+fn a_rank_that_never_arrives_leaves_the_other_spinning_until_it_aborts() {
+    cuda();
+    let id = unique_id();
+    let absent = std::thread::spawn(move || join(id, 1, 3));
+    let comm = join(id, 0, 2);
+    let absent = absent.join().unwrap();
+    assert_eq!(all_reduce(comm, 1024), SUCCESS);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(unsafe { (cuda().query)(null_mut()) }, 600, "still waiting");
+    let spinning = collectives(2);
+    assert_eq!(spinning.len(), 1);
+    assert!(
+        spinning[0].end_ns - spinning[0].start_ns >= 80_000_000,
+        "{spinning:?}"
+    );
+    assert!(collectives(3).is_empty());
+    unsafe {
+        assert_eq!(ncclCommAbort(comm as *mut Comm), SUCCESS);
+        assert_eq!((cuda().synchronize)(), 0);
+        assert_eq!(ncclCommDestroy(absent as *mut Comm), SUCCESS);
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_as_nccl_refuses_them() {
+    cuda();
+    let mut version = 0;
+    unsafe {
+        assert_eq!(ncclGetVersion(&mut version), SUCCESS);
+        assert_eq!(version, 22105);
+        assert_eq!(ncclGetVersion(null_mut()), INVALID_ARGUMENT);
+        let mut comm: *mut Comm = null_mut();
+        assert_eq!(
+            ncclCommInitRank(&mut comm, 2, unique_id(), 2),
+            INVALID_ARGUMENT
+        );
+        let garbage = UniqueId { internal: [7; 128] };
+        assert_eq!(ncclCommInitRank(&mut comm, 1, garbage, 0), INVALID_ARGUMENT);
+    }
+    on_device(4);
+    let mut comm: *mut Comm = null_mut();
+    unsafe {
+        assert_eq!(ncclCommInitRank(&mut comm, 1, unique_id(), 0), SUCCESS);
+        let c = comm as usize;
+        let buffer = 0x7e00_0000_0000usize as *mut c_void;
+        assert_eq!(
+            ncclAllReduce(buffer, buffer, 4, 12, 0, comm, null_mut()),
+            INVALID_ARGUMENT
+        );
+        assert_eq!(
+            ncclAllReduce(buffer, buffer, 4, 7, 9, comm, null_mut()),
+            INVALID_ARGUMENT
+        );
+        assert_eq!(
+            ncclAllReduce(null_mut(), buffer, 4, 7, 0, comm, null_mut()),
+            INVALID_ARGUMENT
+        );
+        assert_eq!(
+            ncclBroadcast(buffer, buffer, 4, 7, 1, comm, null_mut()),
+            INVALID_ARGUMENT
+        );
+        assert_eq!(
+            ncclAllReduce(buffer, buffer, 4, 7, 0, null_mut(), null_mut()),
+            INVALID_ARGUMENT
+        );
+        assert_eq!(ncclGroupEnd(), INVALID_USAGE);
+        assert_eq!(ncclGroupStart(), SUCCESS);
+        assert_eq!(ncclGroupEnd(), SUCCESS);
+        // A communicator of one: nothing to wait for, the transfer alone.
+        assert_eq!(all_reduce(c, 1024), SUCCESS);
+        assert_eq!((cuda().synchronize)(), 0);
+        assert_eq!(collectives(4).len(), 1);
+        let text = std::ffi::CStr::from_ptr(ncclGetErrorString(INVALID_USAGE));
+        assert!(text.to_str().unwrap().starts_with("invalid usage"));
+        assert_eq!(ncclCommDestroy(comm), SUCCESS);
+    }
+}

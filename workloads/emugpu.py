@@ -40,7 +40,7 @@ COLLECTIVE_KERNEL = 1  # flags: the kernel of a collective (ground truth; the dr
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The stub libraries' cargo names, and the names a real node's processes map them under.
-LIBRARIES = {"libfake_cuda.so": "libcuda.so.1", "libfake_cudart.so": "libcudart.so.12"}
+LIBRARIES = {"libfake_cuda.so": "libcuda.so.1", "libfake_cudart.so": "libcudart.so.12", "libfake_nccl.so": "libnccl.so.2"}
 MEMCPY_DEVICE_TO_HOST = 2
 SCHEDULE_BLOCKING_SYNC = 4
 ERROR_MEMORY_ALLOCATION = 2

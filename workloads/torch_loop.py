@@ -26,7 +26,10 @@ random_loop draws them; how the loader delivers, as torch's DataLoader does: "na
 "heavy_every" N (every Nth batch costs "heavy" times the others); "sidecars": idle children beside the loader
 (wandb-core, the torch.compile pool, a forkserver); "prefetcher": a thread and a
 queue.Queue(2) in front of the loader; "off_main": the training function on a thread of its
-own while the main thread joins it (Ray Train).
+own while the main thread joins it (Ray Train); "ranks" processes on as many GPUs, meeting in
+NCCL (the stub libnccl.so.2), "ddp" wrapping the model in DistributedDataParallel (a bucketed
+all-reduce of "gradient_bytes" from the engine's thread during backward), "rank_specs" each
+rank's own overrides ({"1": {"workers": 1}}: a straggler).
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -61,6 +64,10 @@ DEFAULTS = {
     "sidecars": False,
     "prefetcher": False,
     "off_main": False,
+    "ranks": 1,
+    "ddp": False,
+    "gradient_bytes": 100 << 20,
+    "rank_specs": {},
 }
 
 
@@ -131,11 +138,36 @@ def step_sync(torch, spec, loss, losses):
 
 def train(spec, args):
     spec = {**DEFAULTS, **spec}
+    if spec["ranks"] == 1:
+        return train_rank(spec, args)
+    # The ranks as torchrun starts them: a process each (forked before any CUDA call), rank n on
+    # GPU args.gpu + n, meeting through a file store; each with its own overrides.
+    import multiprocessing
+
+    store = os.path.join(os.environ.get("EMUGPU_DIR") or args.data, f"store-{os.getpid()}")
+    context = multiprocessing.get_context("fork")
+    ranks = []
+    for n in range(spec["ranks"]):
+        own = {**spec, **spec["rank_specs"].get(str(n), {})}
+        ranks.append(context.Process(target=train_rank, args=(own, args, n, store), name=f"rank {n}"))
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join()
+    return 0
+
+
+def train_rank(spec, args, rank=0, store=None):
     torch = import_torch(args.real)
+    gpu = args.gpu + rank
     if spec["blocking"]:
-        common.blocking_sync(args.gpu, args.real)
-    torch.cuda.set_device(args.gpu)
+        common.blocking_sync(gpu, args.real)
+    torch.cuda.set_device(gpu)
+    if store:
+        torch.distributed.init_process_group("nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"])
     model = Model(torch, spec)
+    if spec["ddp"]:
+        model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
     images = common.images_for(spec["loader"], args.data, args.seconds, spec.get("latency", 0.02), spec.get("blur", 0.0))
     loader = common.Loader(
         images,
@@ -213,6 +245,8 @@ def loop(torch, spec, args, model, batches):
             recent = history.tolist()  # a host array: no GPU involved, however the line reads
             del recent
         truth.record(common.PYTHON, start, time.monotonic_ns(), time.thread_time_ns() - cpu)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
     torch.cuda.synchronize()
     return steps
 

@@ -11,6 +11,10 @@
  *   t.cpu(), t.tolist()                 a copy to the host, then the stream's sync
  *   t.nonzero(), t[mask]                a kernel, the count copied back, a sync
  *   isnan, isinf, any, sum, >, +, ...   one small kernel, a new tensor, no wait
+ *   dist.all_reduce(t), ...             ncclAllReduce (stub libnccl.so.2) on the current stream:
+ *                                       returns at once, the kernel spins until every rank's
+ *                                       has started; DDP's buckets are all-reduced from the
+ *                                       engine's thread during backward
  *   loss.backward()                     torch/autograd/graph.py calls _run_backward: the
  *                                       engine's device thread pt_autograd_0 launches the
  *                                       backward kernels (running the hook the model gave, with
@@ -430,6 +434,147 @@ static PyTypeObject TensorType = {
     .tp_richcompare = tensor_compare,
 };
 
+/* -- NCCL: ProcessGroupNCCL's calls ------------------------------------------------------------
+ * The workspace's stub libnccl.so.2 (loaded under its SONAME, as libtorch_cuda.so links it). A
+ * collective enqueues a kernel on the current stream and returns: the host never waits in it;
+ * its kernel spins on the GPU until every rank's has started. DistributedDataParallel's
+ * bucketed all-reduces are issued from the engine's thread during backward (the reducer's
+ * autograd hooks are C++): `_ddp(buckets, bucket_bytes)`. */
+
+typedef struct {
+    char internal[128];
+} NcclId;
+
+enum { NCCL_FLOAT = 7, NCCL_SUM = 0 };
+enum { ALL_REDUCE = 1, REDUCE_SCATTER = 2, ALL_GATHER = 3, BROADCAST = 4 };
+
+static struct {
+    int (*get_unique_id)(NcclId *);
+    int (*init_rank)(void **, int, NcclId, int);
+    int (*all_reduce)(const void *, void *, size_t, int, int, void *, void *);
+    int (*reduce_scatter)(const void *, void *, size_t, int, int, void *, void *);
+    int (*all_gather)(const void *, void *, size_t, int, void *, void *);
+    int (*broadcast)(const void *, void *, size_t, int, int, void *, void *);
+    int (*abort)(void *);
+    const char *(*error_string)(int);
+    void *comm;
+    int world;
+    void *buffer; /* the device buffer every collective names (tensors hold no values) */
+    int ddp_buckets;
+    size_t ddp_bucket_bytes;
+} nccl;
+
+static int resolve(void *library, void **slot, const char *name);
+
+static int nccl_bind(void) {
+    if (nccl.get_unique_id)
+        return 0;
+    void *library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+    if (!library) {
+        PyErr_SetString(PyExc_RuntimeError, "Distributed package doesn't have NCCL built in (libnccl.so.2 not loaded)");
+        return -1;
+    }
+    return resolve(library, (void **)&nccl.init_rank, "ncclCommInitRank") ||
+           resolve(library, (void **)&nccl.all_reduce, "ncclAllReduce") ||
+           resolve(library, (void **)&nccl.reduce_scatter, "ncclReduceScatter") ||
+           resolve(library, (void **)&nccl.all_gather, "ncclAllGather") ||
+           resolve(library, (void **)&nccl.broadcast, "ncclBroadcast") ||
+           resolve(library, (void **)&nccl.abort, "ncclCommAbort") ||
+           resolve(library, (void **)&nccl.error_string, "ncclGetErrorString") ||
+           resolve(library, (void **)&nccl.get_unique_id, "ncclGetUniqueId");
+}
+
+/* One collective over `nbytes` of float32 on the current stream; called without the GIL. */
+static int nccl_collective(int op, size_t nbytes) {
+    size_t count = nbytes / 4;
+    void *b = nccl.buffer;
+    switch (op) {
+    case ALL_REDUCE:
+        return nccl.all_reduce(b, b, count, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
+    case REDUCE_SCATTER:
+        return nccl.reduce_scatter(b, b, count / (size_t)nccl.world, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
+    case ALL_GATHER:
+        return nccl.all_gather(b, b, count / (size_t)nccl.world, NCCL_FLOAT, nccl.comm, NULL);
+    default:
+        return nccl.broadcast(b, b, count, NCCL_FLOAT, 0, nccl.comm, NULL);
+    }
+}
+
+static int nccl_check(int code, const char *call) {
+    if (code == 0)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "NCCL error in: %s, %s (code %d)", call, nccl.error_string(code), code);
+    return -1;
+}
+
+/* _nccl_unique_id(): rank 0's ncclGetUniqueId, as bytes for the store. */
+static PyObject *nccl_unique_id(PyObject *module, PyObject *unused) {
+    NcclId id;
+    if (nccl_bind() || nccl_check(nccl.get_unique_id(&id), "ncclGetUniqueId"))
+        return NULL;
+    return PyBytes_FromStringAndSize(id.internal, sizeof id.internal);
+}
+
+/* _nccl_init(id, world, rank): the communicator of this rank on the current device; blocks
+ * (without the GIL) until every rank has joined. */
+static PyObject *nccl_init(PyObject *module, PyObject *args) {
+    const char *bytes;
+    Py_ssize_t length;
+    int world, rank, code;
+    if (!PyArg_ParseTuple(args, "y#ii", &bytes, &length, &world, &rank) || nccl_bind())
+        return NULL;
+    if (length != sizeof(NcclId))
+        return PyErr_Format(PyExc_ValueError, "an NCCL unique id is %zu bytes", sizeof(NcclId));
+    NcclId id;
+    memcpy(id.internal, bytes, sizeof id.internal);
+    if (!nccl.buffer && check(cuda.malloc_(&nccl.buffer, 4), "cudaMalloc"))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    code = nccl.init_rank(&nccl.comm, world, id, rank);
+    Py_END_ALLOW_THREADS
+    if (nccl_check(code, "ncclCommInitRank"))
+        return NULL;
+    nccl.world = world;
+    Py_RETURN_NONE;
+}
+
+/* _nccl_collective(op, nbytes): ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER or BROADCAST; returns at
+ * once (a full launch queue blocks in the driver, without the GIL). */
+static PyObject *nccl_collective_py(PyObject *module, PyObject *args) {
+    int op, code;
+    Py_ssize_t nbytes;
+    if (!PyArg_ParseTuple(args, "in", &op, &nbytes))
+        return NULL;
+    if (!nccl.comm)
+        return PyErr_Format(PyExc_RuntimeError, "Default process group has not been initialized");
+    Py_BEGIN_ALLOW_THREADS
+    code = nccl_collective(op, (size_t)nbytes);
+    Py_END_ALLOW_THREADS
+    return nccl_check(code, "collective") ? NULL : Py_NewRef(Py_None);
+}
+
+/* _nccl_abort(): ends this rank's communicator and its kernels still waiting for peers
+ * (destroy_process_group at the end of a run: the ranks' last steps need not match). */
+static PyObject *nccl_abort(PyObject *module, PyObject *unused) {
+    if (nccl.comm) {
+        void *comm = nccl.comm;
+        nccl.comm = NULL;
+        if (nccl_check(nccl.abort(comm), "ncclCommAbort"))
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* _ddp(buckets, bucket_bytes): the engine's thread all-reduces a bucket of gradients each time
+ * a `buckets`-th of the backward kernels is done (0: no DDP). */
+static PyObject *ddp(PyObject *module, PyObject *args) {
+    Py_ssize_t bytes;
+    if (!PyArg_ParseTuple(args, "in", &nccl.ddp_buckets, &bytes))
+        return NULL;
+    nccl.ddp_bucket_bytes = (size_t)bytes;
+    Py_RETURN_NONE;
+}
+
 /* -- the autograd engine's device thread ---------------------------------------------------- */
 
 static struct {
@@ -469,6 +614,11 @@ static void *engine_thread(void *unused) {
             void *args[1] = {&job->backward_cost};
             Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
             failed = failed || cuda.launch(NULL, grid, block, args, 0, NULL) != 0;
+            /* DDP: a bucket's gradients are ready; the reducer's hook all-reduces it. */
+            int buckets = nccl.comm ? nccl.ddp_buckets : 0;
+            int per_bucket = buckets > 0 ? (job->backward_kernels + buckets - 1) / buckets : 0;
+            if (per_bucket && ((k + 1) % per_bucket == 0 || k + 1 == job->backward_kernels))
+                failed = failed || nccl_collective(ALL_REDUCE, nccl.ddp_bucket_bytes) != 0;
         }
         pthread_mutex_lock(&engine.lock);
         engine.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
@@ -699,6 +849,11 @@ static PyMethodDef module_methods[] = {
     {"_cuda_synchronize", cuda_synchronize, METH_NOARGS, NULL},
     {"_set_tensor_class", set_tensor_class, METH_O, NULL},
     {"_queue_end", queue_end, METH_NOARGS, NULL},
+    {"_nccl_unique_id", nccl_unique_id, METH_NOARGS, NULL},
+    {"_nccl_init", nccl_init, METH_VARARGS, NULL},
+    {"_nccl_collective", nccl_collective_py, METH_VARARGS, NULL},
+    {"_nccl_abort", nccl_abort, METH_NOARGS, NULL},
+    {"_ddp", ddp, METH_VARARGS, NULL},
     {NULL},
 };
 

@@ -21,7 +21,7 @@ from ._tensor import Tensor  # noqa: E402
 
 _C._set_tensor_class(Tensor)
 
-from . import autograd, cuda  # noqa: E402, F401
+from . import autograd, cuda, distributed, nn  # noqa: E402, F401
 
 # Functions that are C in PyTorch are C here too: the tensor's own methods.
 isnan = Tensor.isnan

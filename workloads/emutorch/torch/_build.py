@@ -29,7 +29,8 @@ def ensure_built():
 
 
 def load_cuda():
-    """libcuda.so.1, then libcudart.so.12, from emugpu's directory of the stubs."""
+    """libcuda.so.1, then libcudart.so.12 and libnccl.so.2 (libtorch_cuda.so links both), from
+    emugpu's directory of the stubs."""
     import sys
 
     sys.path.insert(0, WORKLOADS)
@@ -38,3 +39,4 @@ def load_cuda():
     directory = emugpu._libraries()
     ctypes.CDLL(os.path.join(directory, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
     ctypes.CDLL(os.path.join(directory, "libcudart.so.12"), mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(os.path.join(directory, "libnccl.so.2"), mode=ctypes.RTLD_GLOBAL)

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use super::*;
-use crate::driver::{Copy, Driver};
+use crate::driver::{self, Copy, Driver};
 use crate::wait;
 use crate::CuResult;
 
@@ -80,26 +80,48 @@ pub unsafe extern "C" fn cuMemFreeHost(ptr: Ptr) -> CuResult {
 #[inline(never)]
 unsafe fn copy(copy: Copy, device: u64, host: Ptr, bytes: usize, stream: Option<Ptr>) -> CuResult {
     let synchronous = stream.is_none();
-    let result = in_context(|d, c| {
+    let checked = |d: &mut Driver, _| {
         let stream = stream.map_or(Ok(None), stream_of)?;
         let on_host = copy != Copy::DeviceToDevice;
         if !d.on_device(device, bytes as u64) || (on_host && host.is_null()) {
             return Err(CuResult::InvalidValue);
         }
         let pinned = on_host && d.is_pinned(host as usize, bytes);
+        let waits = match copy {
+            Copy::HostToDevice => synchronous,
+            Copy::DeviceToHost => synchronous || !pinned,
+            Copy::DeviceToDevice => false,
+        };
+        Ok((stream, pinned, waits))
+    };
+    // A copy the host waits for waits first for a held kernel before it to end (held.rs).
+    let held_first = wait_for(|d, c| {
+        let (_, _, waits) = checked(d, c)?;
+        Ok(if waits && d.is_held(c)? { driver::HELD } else { 0 })
+    });
+    if held_first != CuResult::Success {
+        return held_first;
+    }
+    let result = in_context(|d, c| {
+        let (stream, pinned, waits) = checked(d, c)?;
         // The legacy stream's work first, for a synchronous copy from pageable memory.
         let before = if synchronous && copy == Copy::HostToDevice && !pinned {
             d.sync_point(c, None)?
         } else {
             0
         };
-        Ok((stream, pinned, before))
+        Ok((stream, pinned, waits, before))
     });
-    let ((stream, pinned, before), wait) = match result {
+    let ((stream, pinned, waits, before), wait) = match result {
         Ok(found) => found,
         Err(e) => return e,
     };
-    wait::until(before, wait);
+    if before == driver::HELD {
+        // Held since the check, by another thread's launch: after the held kernel, then.
+        wait_for(|d, c| d.sync_point(c, None));
+    } else {
+        wait::until(before, wait);
+    }
     if copy == Copy::HostToDevice && !pinned {
         wait::busy_for(Driver::staging_ns(bytes as u64));
     }
@@ -107,12 +129,11 @@ unsafe fn copy(copy: Copy, device: u64, host: Ptr, bytes: usize, stream: Option<
         Ok((end, _)) => end,
         Err(e) => return e,
     };
-    let waits = match copy {
-        Copy::HostToDevice => synchronous && pinned,
-        Copy::DeviceToHost => synchronous || !pinned,
-        Copy::DeviceToDevice => false,
-    };
-    if waits {
+    // A synchronous copy from pinned memory returns once done; the staged pageable one at once.
+    let waits = waits && !(copy == Copy::HostToDevice && !pinned);
+    if waits && end == driver::HELD {
+        wait_for(|d, c| d.sync_point(c, stream));
+    } else if waits {
         wait::until(end, wait);
     }
     if copy == Copy::DeviceToHost {

@@ -1,0 +1,107 @@
+"""torch/distributed/distributed_c10d.py: the NCCL process group of the emulated torch. As in
+PyTorch, a collective enqueues on NCCL's stream and returns (even with async_op=False: "not
+guaranteed that the CUDA operation is completed"); the host meets the wait at its next sync.
+`barrier()` is the one that blocks the host: an all-reduce of one element, then a wait for the
+device, in this frame.
+
+The unique id travels through the file store `init_method` names (file://PATH), as
+torch's FileStore does: rank 0 writes it, the others read it."""
+
+import os
+import time
+
+from .. import _C
+
+_group = None  # (rank, world size) once initialised
+
+
+class ReduceOp:
+    SUM = 0
+    AVG = 4
+    MAX = 2
+
+
+class _Work:
+    """What async_op=True returns: wait() makes the current stream wait (no host wait)."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return False
+
+
+def is_available():
+    return True
+
+
+def is_initialized():
+    return _group is not None
+
+
+def get_rank(group=None):
+    return _group[0] if _group else -1
+
+
+def get_world_size(group=None):
+    return _group[1] if _group else -1
+
+
+def _store_path(init_method):
+    if not init_method or not init_method.startswith("file://"):
+        raise ValueError("the emulated torch.distributed takes init_method='file://PATH'")
+    return init_method[len("file://"):]
+
+
+def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1, **kwargs):
+    global _group
+    if backend != "nccl":
+        raise RuntimeError(f"backend {backend!r}: the emulated torch has NCCL only")
+    path = _store_path(init_method)
+    if rank == 0:
+        partial = f"{path}.{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(_C._nccl_unique_id())
+        os.replace(partial, path)
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    with open(path, "rb") as f:
+        unique_id = f.read()
+    _C._nccl_init(unique_id, world_size, rank)
+    _group = (rank, world_size)
+
+
+def destroy_process_group(group=None):
+    """Aborts the communicator (its kernels still waiting for peers end), as PyTorch's
+    shutdown does when ranks stop at different steps."""
+    global _group
+    _C._nccl_abort()
+    _group = None
+
+
+def _collective(op, tensor, async_op):
+    _C._nccl_collective(op, tensor.nbytes)
+    return _Work() if async_op else None
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    return _collective(1, tensor, async_op)
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    return _collective(2, input, async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    return _collective(3, output_tensor, async_op)
+
+
+def broadcast(tensor, src=0, group=None, async_op=False):
+    return _collective(4, tensor, async_op)
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    """ProcessGroupNCCL::barrier: an all-reduce of one element on the current device, then a
+    wait for it: the host blocks here until every rank has come."""
+    _C._nccl_collective(1, 4)
+    _C._cuda_synchronize()

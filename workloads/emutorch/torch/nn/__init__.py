@@ -1,0 +1,3 @@
+"""torch.nn: only what the loops use (parallel.DistributedDataParallel)."""
+
+from . import parallel  # noqa: F401

@@ -29,7 +29,8 @@ queue.Queue(2) in front of the loader; "off_main": the training function on a th
 own while the main thread joins it (Ray Train); "ranks" processes on as many GPUs, meeting in
 NCCL (the stub libnccl.so.2), "ddp" wrapping the model in DistributedDataParallel (a bucketed
 all-reduce of "gradient_bytes" from the engine's thread during backward), "rank_specs" each
-rank's own overrides ({"1": {"workers": 1}}: a straggler).
+rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
+that stops arriving after 5 s, a hang for the others).
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -68,6 +69,7 @@ DEFAULTS = {
     "ddp": False,
     "gradient_bytes": 100 << 20,
     "rank_specs": {},
+    "stop_after": 0.0,
 }
 
 
@@ -164,7 +166,11 @@ def train_rank(spec, args, rank=0, store=None):
         common.blocking_sync(gpu, args.real)
     torch.cuda.set_device(gpu)
     if store:
-        torch.distributed.init_process_group("nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"])
+        # The watchdog's timeout is the run's end: a rank still waiting then is torn down.
+        timeout = args.seconds + 2.0
+        torch.distributed.init_process_group(
+            "nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"], timeout=timeout
+        )
     model = Model(torch, spec)
     if spec["ddp"]:
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
@@ -224,7 +230,13 @@ def loop(torch, spec, args, model, batches):
     deadline = time.monotonic() + args.seconds
     steps = 0
     losses = None
+    stop_at = time.monotonic() + spec["stop_after"] if spec["stop_after"] else deadline
     while time.monotonic() < deadline:
+        if time.monotonic() >= stop_at:
+            # This rank stops arriving (stuck outside the loop: a deadlocked loader, a lost
+            # node): its peers' collectives wait for it.
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            break
         batch = truth.timed(common.LOADER, next, batches)
         start, cpu = time.monotonic_ns(), time.thread_time_ns()
         host = torch.empty(len(batch) * 3 * 64 * 64)

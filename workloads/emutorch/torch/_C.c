@@ -462,7 +462,10 @@ static struct {
     void *buffer; /* the device buffer every collective names (tensors hold no values) */
     int ddp_buckets;
     size_t ddp_bucket_bytes;
-} nccl;
+    /* Held while a collective is issued or the communicator aborted (the watchdog's thread
+     * may abort it while the engine's issues one). */
+    pthread_mutex_t lock;
+} nccl = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int resolve(void *library, void **slot, const char *name);
 
@@ -484,25 +487,39 @@ static int nccl_bind(void) {
            resolve(library, (void **)&nccl.get_unique_id, "ncclGetUniqueId");
 }
 
-/* One collective over `nbytes` of float32 on the current stream; called without the GIL. */
+/* One collective over `nbytes` of float32 on the current stream; called without the GIL.
+ * Returns -1 once the communicator is gone (aborted). */
 static int nccl_collective(int op, size_t nbytes) {
     size_t count = nbytes / 4;
     void *b = nccl.buffer;
-    switch (op) {
-    case ALL_REDUCE:
-        return nccl.all_reduce(b, b, count, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
-    case REDUCE_SCATTER:
-        return nccl.reduce_scatter(b, b, count / (size_t)nccl.world, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
-    case ALL_GATHER:
-        return nccl.all_gather(b, b, count / (size_t)nccl.world, NCCL_FLOAT, nccl.comm, NULL);
-    default:
-        return nccl.broadcast(b, b, count, NCCL_FLOAT, 0, nccl.comm, NULL);
+    int code = -1;
+    pthread_mutex_lock(&nccl.lock);
+    if (nccl.comm) {
+        switch (op) {
+        case ALL_REDUCE:
+            code = nccl.all_reduce(b, b, count, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
+            break;
+        case REDUCE_SCATTER:
+            code = nccl.reduce_scatter(b, b, count / (size_t)nccl.world, NCCL_FLOAT, NCCL_SUM, nccl.comm, NULL);
+            break;
+        case ALL_GATHER:
+            code = nccl.all_gather(b, b, count / (size_t)nccl.world, NCCL_FLOAT, nccl.comm, NULL);
+            break;
+        default:
+            code = nccl.broadcast(b, b, count, NCCL_FLOAT, 0, nccl.comm, NULL);
+        }
     }
+    pthread_mutex_unlock(&nccl.lock);
+    return code;
 }
 
 static int nccl_check(int code, const char *call) {
     if (code == 0)
         return 0;
+    if (code < 0) {
+        PyErr_Format(PyExc_RuntimeError, "NCCL communicator was aborted (%s)", call);
+        return -1;
+    }
     PyErr_Format(PyExc_RuntimeError, "NCCL error in: %s, %s (code %d)", call, nccl.error_string(code), code);
     return -1;
 }
@@ -545,7 +562,7 @@ static PyObject *nccl_collective_py(PyObject *module, PyObject *args) {
     Py_ssize_t nbytes;
     if (!PyArg_ParseTuple(args, "in", &op, &nbytes))
         return NULL;
-    if (!nccl.comm)
+    if (!nccl.world)
         return PyErr_Format(PyExc_RuntimeError, "Default process group has not been initialized");
     Py_BEGIN_ALLOW_THREADS
     code = nccl_collective(op, (size_t)nbytes);
@@ -556,13 +573,15 @@ static PyObject *nccl_collective_py(PyObject *module, PyObject *args) {
 /* _nccl_abort(): ends this rank's communicator and its kernels still waiting for peers
  * (destroy_process_group at the end of a run: the ranks' last steps need not match). */
 static PyObject *nccl_abort(PyObject *module, PyObject *unused) {
-    if (nccl.comm) {
-        void *comm = nccl.comm;
-        nccl.comm = NULL;
-        if (nccl_check(nccl.abort(comm), "ncclCommAbort"))
-            return NULL;
-    }
-    Py_RETURN_NONE;
+    int code = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&nccl.lock);
+    if (nccl.comm)
+        code = nccl.abort(nccl.comm);
+    nccl.comm = NULL;
+    pthread_mutex_unlock(&nccl.lock);
+    Py_END_ALLOW_THREADS
+    return nccl_check(code, "ncclCommAbort") ? NULL : Py_NewRef(Py_None);
 }
 
 /* _ddp(buckets, bucket_bytes): the engine's thread all-reduces a bucket of gradients each time
@@ -615,10 +634,10 @@ static void *engine_thread(void *unused) {
             Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
             failed = failed || cuda.launch(NULL, grid, block, args, 0, NULL) != 0;
             /* DDP: a bucket's gradients are ready; the reducer's hook all-reduces it. */
-            int buckets = nccl.comm ? nccl.ddp_buckets : 0;
+            int buckets = nccl.world ? nccl.ddp_buckets : 0;
             int per_bucket = buckets > 0 ? (job->backward_kernels + buckets - 1) / buckets : 0;
             if (per_bucket && ((k + 1) % per_bucket == 0 || k + 1 == job->backward_kernels))
-                failed = failed || nccl_collective(ALL_REDUCE, nccl.ddp_bucket_bytes) != 0;
+                failed = failed || nccl_collective(ALL_REDUCE, nccl.ddp_bucket_bytes) > 0;
         }
         pthread_mutex_lock(&engine.lock);
         engine.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;

@@ -53,7 +53,24 @@ def _store_path(init_method):
     return init_method[len("file://"):]
 
 
-def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1, **kwargs):
+def _watchdog(seconds):
+    """ProcessGroupNCCL's watchdog thread (pt_nccl_watchdg): once the process group's timeout
+    has passed, a collective still waiting is aborted and the process goes on to its end
+    (TORCH_NCCL_ASYNC_ERROR_HANDLING=3 tears it down). Here the timeout is the run's length."""
+    import ctypes
+    import threading
+
+    def watch():
+        ctypes.CDLL(None).prctl(15, b"pt_nccl_watchdg", 0, 0, 0)  # PR_SET_NAME, this thread
+        time.sleep(seconds)
+        if _group is not None:
+            _C._nccl_abort()
+
+    threading.Thread(target=watch, name="pt_nccl_watchdg", daemon=True).start()
+
+
+def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1, timeout=None, **kwargs):
+    """`timeout` (seconds, or a timedelta): when the watchdog aborts (None: never)."""
     global _group
     if backend != "nccl":
         raise RuntimeError(f"backend {backend!r}: the emulated torch has NCCL only")
@@ -69,6 +86,8 @@ def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1,
         unique_id = f.read()
     _C._nccl_init(unique_id, world_size, rank)
     _group = (rank, world_size)
+    if timeout is not None:
+        _watchdog(getattr(timeout, "total_seconds", lambda: timeout)())
 
 
 def destroy_process_group(group=None):

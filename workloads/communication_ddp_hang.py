@@ -1,0 +1,25 @@
+"""Two DDP ranks training in step until rank 1 stops arriving (stuck outside its loop, as a rank
+whose loader deadlocks or whose node is lost): rank 0's next all-reduce kernels spin on GPU 0
+for ever — 100 % busy to NVML, a few SMs, no link traffic — while its host waits in the step's
+loss.item() (not in a collective frame: NCCL enqueued and returned). GPU 0 is hung, not busy.
+At the run's end the process group's watchdog aborts it. Written as PyTorch code
+(workloads/torch_loop.py) on the emulated torch."""
+import torch_loop
+
+GPUS = 2
+EXPECT = {0: "hung"}
+EXPECT_DETAIL = {0: "all_reduce"}
+# The hang begins at 5 s; the verdict needs hang_after (10 s) and min_duration beyond it.
+MIN_SECONDS = 40
+SPEC = {
+    "ranks": 2,
+    "ddp": True,
+    "sync": "item",
+    "loader": "light",
+    "workers": 2,
+    "step_seconds": 0.06,
+    "rank_specs": {"1": {"stop_after": 5.0}},
+}
+
+if __name__ == "__main__":
+    torch_loop.main(spec=SPEC)

@@ -97,7 +97,11 @@ unsafe fn copy(copy: Copy, device: u64, host: Ptr, bytes: usize, stream: Option<
     // A copy the host waits for waits first for a held kernel before it to end (held.rs).
     let held_first = wait_for(|d, c| {
         let (_, _, waits) = checked(d, c)?;
-        Ok(if waits && d.is_held(c)? { driver::HELD } else { 0 })
+        Ok(if waits && d.is_held(c)? {
+            driver::HELD
+        } else {
+            0
+        })
     });
     if held_first != CuResult::Success {
         return held_first;
@@ -130,7 +134,7 @@ unsafe fn copy(copy: Copy, device: u64, host: Ptr, bytes: usize, stream: Option<
         Err(e) => return e,
     };
     // A synchronous copy from pinned memory returns once done; the staged pageable one at once.
-    let waits = waits && !(copy == Copy::HostToDevice && !pinned);
+    let waits = waits && (copy != Copy::HostToDevice || pinned);
     if waits && end == driver::HELD {
         wait_for(|d, c| d.sync_point(c, stream));
     } else if waits {

@@ -152,6 +152,76 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
 }
 
 #[test]
+fn nccl_collectives_are_counted_per_process_by_operation() {
+    let timelines = TempDir::new("timelines");
+    let scenario = Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
+        timelines.path().join("gpu0.timeline").display()
+    ));
+    let exporter = scenario.start(&common::fake_nvml(false), "");
+    // A rank of a one-rank communicator (nothing to wait for) all-reducing 4 MiB of float32
+    // every 50 ms, as DDP's buckets are, through the stub libnccl.so.2 mapped beside the driver.
+    let script = format!(
+        "import ctypes, os, sys, time\nsys.path.insert(0, {workloads:?})\nimport emugpu\n\
+         gpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
+         class UniqueId(ctypes.Structure):\n    _fields_ = [('internal', ctypes.c_char * 128)]\n\
+         nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), 'libnccl.so.2'))\n\
+         nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]\n\
+         nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2\n\
+         uid, comm = UniqueId(), ctypes.c_void_p()\nassert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0\n\
+         assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0\nbuffer = 0x7e0000000000\n\
+         while True:\n    assert nccl.ncclAllReduce(buffer, buffer, 1 << 20, 7, 0, comm, None) == 0\n\
+         \x20   gpu.synchronize()\n    time.sleep(0.05)\n",
+        workloads = common::repo_root().join("workloads").to_string_lossy(),
+    );
+    let workload = Reaped(
+        Command::new("python3")
+            .args(["-c", &script])
+            .env("EMUGPU_DIR", timelines.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let pid = workload.0.id().to_string();
+    let op = |op: &'static str| [("pid", pid.as_str()), ("op", op)];
+    if !may_probe() {
+        let page = exporter.metrics_when(|p| {
+            value(p, "gpu_exporter_source_supported", &[("source", "cuda")]).is_some()
+        });
+        assert_eq!(
+            value(
+                &page,
+                "gpu_process_nccl_collectives_total",
+                &op("all_reduce")
+            ),
+            None
+        );
+        return;
+    }
+    let page = exporter.metrics_when(|p| {
+        value(p, "gpu_process_nccl_collectives_total", &op("all_reduce")).is_some_and(|n| n >= 5.0)
+    });
+    let issued = value(
+        &page,
+        "gpu_process_nccl_collectives_total",
+        &op("all_reduce"),
+    )
+    .unwrap();
+    assert_eq!(
+        value(&page, "gpu_process_nccl_bytes_total", &op("all_reduce")),
+        Some(issued * f64::from(4 << 20))
+    );
+    assert_eq!(
+        value(
+            &page,
+            "gpu_process_nccl_collectives_total",
+            &op("all_gather")
+        ),
+        Some(0.0)
+    );
+}
+
+#[test]
 fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
     use gpu_bottleneck_exporter::snapshot::{
         CudaThread, CudaTotals, GpuDevice, GpuProcess, GpuSnapshot, ProcessCuda, Snapshot,
@@ -184,6 +254,8 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 copies_to_host: 400,
                 bytes_to_host: 1600,
                 wait_seconds: [12.5, 0.25, 0.0, 3.0],
+                collectives: [64, 0, 0, 0, 0],
+                collective_bytes: [64 * (25 << 20), 0, 0, 0, 0],
             },
             threads: vec![
                 CudaThread {
@@ -240,13 +312,24 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
         ),
         None
     );
-    let series: usize = page
-        .iter()
-        .filter(|f| f.name.starts_with("gpu_process_cuda_"))
-        .map(|f| f.samples.len())
-        .sum();
     assert_eq!(
-        series, 12,
+        of(
+            "gpu_process_nccl_bytes_total",
+            &[("pid", "4242"), ("op", "all_reduce")]
+        ),
+        Some(64.0 * f64::from(25 << 20))
+    );
+    let series = |prefix: &str| -> usize {
+        page.iter()
+            .filter(|f| f.name.starts_with(prefix))
+            .map(|f| f.samples.len())
+            .sum()
+    };
+    assert_eq!(
+        series("gpu_process_cuda_"),
+        12,
         "a fixed set per process, none per kernel or call"
     );
+    // Five operations each for the process that issued collectives, none for the other.
+    assert_eq!(series("gpu_process_nccl_"), 10);
 }

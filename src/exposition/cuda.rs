@@ -3,11 +3,12 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::snapshot::{CudaWait, GpuSnapshot, ProcessCuda};
+use crate::snapshot::{Collective, CudaWait, GpuSnapshot, ProcessCuda};
 
-/// Per GPU process the probes watch: launches and copies by kind, wait time by kind, the
-/// threads that drive the GPU and the main thread's share of time in waits. Bounded: a fixed
-/// set of series per process, none per kernel or per call.
+/// Per GPU process the probes watch: launches and copies by kind, wait time by kind, NCCL
+/// collectives and bytes by operation (where NCCL is mapped), the threads that drive the GPU
+/// and the main thread's share of time in waits. Bounded: a fixed set of series per process,
+/// none per kernel or per call.
 pub(super) fn process_cuda_families(
     gpu: &GpuSnapshot,
     cuda: &[ProcessCuda],
@@ -18,6 +19,8 @@ pub(super) fn process_cuda_families(
     let mut copies = Family::new(&PROC_CUDA_COPIES);
     let mut bytes = Family::new(&PROC_CUDA_COPY_BYTES);
     let mut waits = Family::new(&PROC_CUDA_WAIT);
+    let mut collectives = Family::new(&PROC_NCCL_COLLECTIVES);
+    let mut collective_bytes = Family::new(&PROC_NCCL_BYTES);
     let mut threads = Family::new(&PROC_CUDA_THREADS);
     let mut main_wait = Family::new(&PROC_CUDA_MAIN_WAIT);
     for device in gpu.devices.iter().filter(|d| d.up) {
@@ -44,6 +47,13 @@ pub(super) fn process_cuda_families(
             for kind in CudaWait::ALL {
                 waits.add(&with(kind.name()), t.wait(kind));
             }
+            // Only where the process issued any: a process without NCCL has no such series.
+            if t.collectives.iter().any(|&n| n > 0) {
+                for op in Collective::ALL {
+                    collectives.add(&with(op.name()), t.collectives[op as usize] as f64);
+                    collective_bytes.add(&with(op.name()), t.collective_bytes[op as usize] as f64);
+                }
+            }
             let driving = seen
                 .threads
                 .iter()
@@ -54,5 +64,14 @@ pub(super) fn process_cuda_families(
             main_wait.add(&base, main.map_or(0.0, |t| t.wait_ratio));
         }
     }
-    out.extend([launches, copies, bytes, waits, threads, main_wait]);
+    out.extend([
+        launches,
+        copies,
+        bytes,
+        waits,
+        collectives,
+        collective_bytes,
+        threads,
+        main_wait,
+    ]);
 }

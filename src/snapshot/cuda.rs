@@ -33,6 +33,38 @@ impl CudaWait {
     }
 }
 
+/// An NCCL collective, as the probes on `libnccl.so*` count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Collective {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Reduce,
+}
+
+impl Collective {
+    /// Every operation, in label order.
+    pub const ALL: [Collective; 5] = [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+        Collective::Broadcast,
+        Collective::Reduce,
+    ];
+
+    /// The `op` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllGather => "all_gather",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+        }
+    }
+}
+
 /// Totals of one process (or thread) since its probes were attached.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CudaTotals {
@@ -48,6 +80,10 @@ pub struct CudaTotals {
     pub bytes_to_host: u64,
     /// Seconds spent inside driver waits, by kind ([`CudaWait::ALL`] order).
     pub wait_seconds: [f64; 4],
+    /// NCCL collectives issued and the bytes of their buffers, by operation
+    /// ([`Collective::ALL`] order): enqueued, not completed (NCCL returns at once).
+    pub collectives: [u64; 5],
+    pub collective_bytes: [u64; 5],
 }
 
 impl CudaTotals {

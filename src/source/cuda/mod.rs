@@ -5,7 +5,8 @@
 //! the driver's waits (stream, device and event syncs, copies to or from the host), which no
 //! Python frame names: `.item()`, `bool(t)`, `.to("cuda")` from pageable memory and every
 //! other implicit sync end there. A thread inside a wait now is what [`WaitsNow`] tells the
-//! stack sampler.
+//! stack sampler. On NCCL (`libnccl.so*`, mapped beside the driver by PyTorch): collectives
+//! issued and their bytes, by operation — enqueued, since NCCL returns at once.
 //!
 //! Mechanism (docs/development.md): small BPF programs assembled in `programs.rs`, attached to
 //! the uprobe PMU with `perf_event_open` — no BPF toolchain at build time, nothing injected into
@@ -32,9 +33,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::bpf::{Attached, Map, Program, UprobePmu};
-use self::libraries::{cuda_driver, MappedLibrary};
+use self::libraries::{is_driver, probed_libraries, MappedLibrary};
 use self::probes::{Counted, PROBES};
-use self::readings::{decode_key, decode_value, Reading};
+use self::programs::Measured;
+use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
 use self::windows::{start_launch_windows, LaunchWindows, Windowed};
 use super::{Source, SourceError};
@@ -112,11 +114,15 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             Some(Counted::Launch) => launches.push(Arc::new(Windowed {
                 path: path.to_path_buf(),
                 offset,
-                program: load(programs::count(maps.counts.fd(), number, false))?,
+                program: load(programs::count(maps.counts.fd(), number, Measured::Nothing))?,
             })),
             Some(counted) => {
-                let copy = matches!(counted, Counted::ToDevice | Counted::ToHost);
-                let program = load(programs::count(maps.counts.fd(), number, copy))?;
+                let measured = match counted {
+                    Counted::ToDevice | Counted::ToHost => Measured::Third,
+                    Counted::Collective(_) => Measured::ThirdByFourth,
+                    _ => Measured::Nothing,
+                };
+                let program = load(programs::count(maps.counts.fd(), number, measured))?;
                 attached.push(Attached::new(pmu, path, offset, false, program)?);
             }
             None => {}
@@ -160,9 +166,9 @@ pub struct CudaSource {
     setup: Result<(Arc<Maps>, UprobePmu), String>,
     /// Per driver file (device, inode): its probes, or why it could not be probed.
     libraries: HashMap<(String, u64), Result<Library, String>>,
-    /// The driver files each GPU process maps, read from its maps once: a process NVML lists
-    /// holds a context, so its driver is mapped by then (a rank's maps run to thousands of
-    /// lines: not re-read every tick).
+    /// The driver and NCCL files each GPU process maps, read from its maps once: a process
+    /// NVML lists holds a context, so its driver is mapped by then, and NCCL with PyTorch (a
+    /// rank's maps run to thousands of lines: not re-read every tick).
     drivers_of: HashMap<u32, Vec<MappedLibrary>>,
     /// The GPU processes mapping a probed driver, shared with [`WaitsNow`].
     probed: Arc<Mutex<HashSet<u32>>>,
@@ -247,7 +253,7 @@ impl CudaSource {
                 else {
                     continue; // exited, or no ptrace access: its process source says which
                 };
-                self.drivers_of.insert(pid, cuda_driver(&text));
+                self.drivers_of.insert(pid, probed_libraries(&text));
             }
             for library in self.drivers_of[&pid].clone() {
                 let key = (library.device.clone(), library.inode);
@@ -267,7 +273,8 @@ impl CudaSource {
                     }
                     self.libraries.insert(key.clone(), probes);
                 }
-                if self.libraries.get(&key).is_some_and(Result::is_ok) {
+                // Whether a thread waits in the driver is known where the driver is probed.
+                if is_driver(&library.path) && self.libraries.get(&key).is_some_and(Result::is_ok) {
                     probed.insert(pid);
                 }
                 mapped.insert(key);
@@ -288,15 +295,17 @@ impl CudaSource {
     }
 }
 
-/// Every entry of a map, decoded; entries of processes not in `keep` are deleted.
+/// Every entry of a map, decoded (a collective's entries per datatype added up); entries of
+/// processes not in `keep` are deleted.
 fn read_map(map: &Map, keep: &HashSet<u32>) -> Reading {
     let mut reading = Reading::new();
     for (key, value) in map.entries() {
-        let (Some(k), Some(v)) = (decode_key(&key), decode_value(&value)) else {
+        let Some((k, (hits, measured))) = decode(&key, &value) else {
             continue;
         };
         if keep.contains(&k.0) {
-            reading.insert(k, v);
+            let entry = reading.entry(k).or_default();
+            *entry = (entry.0 + hits, entry.1 + measured);
         } else {
             map.delete(&key);
         }

@@ -1,6 +1,7 @@
-//! The driver's entry points the source probes, and what each one counts.
+//! The entry points the source probes, and what each one counts: the CUDA driver's, and
+//! NCCL's collectives (libnccl.so*, which PyTorch maps beside the driver).
 
-use crate::snapshot::CudaWait;
+use crate::snapshot::{Collective, CudaWait};
 
 /// What a probed entry point counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,6 +10,8 @@ pub enum Counted {
     GraphLaunch,
     ToDevice,
     ToHost,
+    /// An NCCL collective: its element count (third argument) and datatype (fourth).
+    Collective(Collective),
 }
 
 /// One entry point of the driver: counted on entry, timed as a wait, or both (a copy).
@@ -79,4 +82,28 @@ pub const PROBES: &[Probe] = &[
     probe("cuStreamSynchronize_ptsz", None, Some(CudaWait::Stream)),
     probe("cuCtxSynchronize", None, Some(CudaWait::Device)),
     probe("cuEventSynchronize", None, Some(CudaWait::Event)),
+    collective("ncclAllReduce", Collective::AllReduce),
+    collective("ncclReduceScatter", Collective::ReduceScatter),
+    collective("ncclAllGather", Collective::AllGather),
+    collective("ncclBroadcast", Collective::Broadcast),
+    collective("ncclReduce", Collective::Reduce),
 ];
+
+/// An NCCL collective whose third argument is its element count and fourth its datatype
+/// (`ncclAllReduce(send, recv, count, datatype, ...)`; the reduce-scatter's count is per rank,
+/// the all-gather's is what each rank sends). Only the `nccl*` names: `pnccl*` are the same
+/// code under a second name, and probing both would count each call twice.
+const fn collective(symbol: &'static str, op: Collective) -> Probe {
+    probe(symbol, Some(Counted::Collective(op)), None)
+}
+
+/// Bytes of one element of NCCL's `ncclDataType_t` (nccl.h); None for a value it has not.
+pub fn element_bytes(datatype: u32) -> Option<u64> {
+    Some(match datatype {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => return None,
+    })
+}

@@ -1,8 +1,10 @@
 //! The probes' BPF programs, assembled here. Three kinds, each with its probe's number baked
 //! in:
 //!
-//! - **count** (on entry): adds one to `counts[pid, tid, probe]`, and for a copy the size
-//!   argument (the third, `%rdx` on x86-64) to its bytes;
+//! - **count** (on entry): adds one to `counts[pid, tid, probe, 0]`, and for a copy the size
+//!   argument (the third, `%rdx` on x86-64) to its bytes; for an NCCL collective the third
+//!   argument (its element count) to `counts[pid, tid, probe, fourth argument]` (its
+//!   datatype, which userspace turns into bytes);
 //! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
 //!   wait (the outermost one is timed);
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
@@ -16,12 +18,27 @@ use super::bpf::R8;
 use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM};
 use super::bpf::{MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
 
-/// Offset of the third argument register in x86-64's `struct pt_regs` (%rdx).
+/// Offsets of the third and fourth argument registers in x86-64's `struct pt_regs` (%rdx,
+/// %rcx).
 #[cfg(target_arch = "x86_64")]
 const THIRD_ARGUMENT: i16 = 96;
-/// aarch64's `struct user_pt_regs`: x2.
+#[cfg(target_arch = "x86_64")]
+const FOURTH_ARGUMENT: i16 = 88;
+/// aarch64's `struct user_pt_regs`: x2, x3.
 #[cfg(target_arch = "aarch64")]
 const THIRD_ARGUMENT: i16 = 16;
+#[cfg(target_arch = "aarch64")]
+const FOURTH_ARGUMENT: i16 = 24;
+
+/// What a count program adds beside the hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measured {
+    Nothing,
+    /// The third argument, to the value's second word (a copy's bytes).
+    Third,
+    /// The third argument too, keyed by the fourth (an NCCL collective's elements, by type).
+    ThirdByFourth,
+}
 
 fn jeq_zero_over(block: &[Insn]) -> Insn {
     Insn::jeq_imm(R0, 0, block.len() as i16)
@@ -36,8 +53,9 @@ fn finish() -> [Insn; 2] {
     [Insn::mov_imm(R0, 0), Insn::exit()]
 }
 
-/// The count program of `probe`; `with_bytes` for a copy.
-pub fn count(counts: i32, probe: u32, with_bytes: bool) -> Vec<Insn> {
+/// The count program of `probe`.
+pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
+    let with_bytes = measured != Measured::Nothing;
     let mut code = vec![
         Insn::mov(R6, R1),
         Insn::call(GET_CURRENT_PID_TGID),
@@ -45,8 +63,13 @@ pub fn count(counts: i32, probe: u32, with_bytes: bool) -> Vec<Insn> {
         Insn::rsh_imm(R0, 32),
         Insn::store32(R10, -16, R0),
         Insn::store32_imm(R10, -8, probe as i32),
-        Insn::store32_imm(R10, -4, 0),
     ];
+    if measured == Measured::ThirdByFourth {
+        code.push(Insn::load64(R1, R6, FOURTH_ARGUMENT));
+        code.push(Insn::store32(R10, -4, R1));
+    } else {
+        code.push(Insn::store32_imm(R10, -4, 0));
+    }
     code.extend(Insn::load_map(R1, counts));
     code.extend(stack_pointer(R2, -16));
     code.push(Insn::call(MAP_LOOKUP_ELEM));
@@ -175,8 +198,9 @@ mod tests {
 
     #[test]
     fn the_programs_jump_within_themselves() {
-        well_formed(&count(3, 1, false));
-        well_formed(&count(3, 1, true));
+        well_formed(&count(3, 1, Measured::Nothing));
+        well_formed(&count(3, 1, Measured::Third));
+        well_formed(&count(3, 1, Measured::ThirdByFourth));
         well_formed(&wait_entry(4, 7));
         well_formed(&wait_exit(4, 5, 7));
     }

@@ -2,13 +2,14 @@
 
 use std::collections::HashMap;
 
-use super::probes::{Counted, PROBES};
+use super::probes::{element_bytes, Counted, PROBES};
 use crate::snapshot::{CudaThread, CudaTotals, ProcessCuda};
 
-/// A (process, thread, probe) key of `counts` and `waits`.
-pub fn decode_key(key: &[u8]) -> Option<(u32, u32, usize)> {
+/// A (process, thread, probe) key of `counts` and `waits`, and its fourth word (an NCCL
+/// collective's datatype, else 0).
+pub fn decode_key(key: &[u8]) -> Option<(u32, u32, usize, u32)> {
     let word = |i: usize| Some(u32::from_ne_bytes(key.get(i..i + 4)?.try_into().ok()?));
-    Some((word(0)?, word(4)?, word(8)? as usize))
+    Some((word(0)?, word(4)?, word(8)? as usize, word(12)?))
 }
 
 /// A (hits, bytes or nanoseconds) value.
@@ -17,8 +18,25 @@ pub fn decode_value(value: &[u8]) -> Option<(u64, u64)> {
     Some((word(0)?, word(8)?))
 }
 
-/// Per (process, thread, probe): cumulative hits and bytes (counts) or nanoseconds (waits).
-pub type Reading = HashMap<(u32, u32, usize), (u64, u64)>;
+/// One map entry as a reading's: an NCCL collective's elements (counted per datatype) become
+/// bytes, 0 for a datatype NCCL has not. Pure.
+pub fn decode(key: &[u8], value: &[u8]) -> Option<(Key, (u64, u64))> {
+    let (pid, tid, probe, datatype) = decode_key(key)?;
+    let (hits, measured) = decode_value(value)?;
+    let measured = match PROBES.get(probe).and_then(|p| p.counted) {
+        Some(Counted::Collective(_)) => {
+            element_bytes(datatype).map_or(0, |size| measured.saturating_mul(size))
+        }
+        _ => measured,
+    };
+    Some(((pid, tid, probe), (hits, measured)))
+}
+
+/// A reading's key: (process, thread, probe).
+pub type Key = (u32, u32, usize);
+
+/// Per key: cumulative hits and bytes (counts) or nanoseconds (waits).
+pub type Reading = HashMap<Key, (u64, u64)>;
 
 fn is_launch(probe: usize) -> bool {
     PROBES.get(probe).and_then(|p| p.counted) == Some(Counted::Launch)
@@ -110,6 +128,10 @@ pub fn fold(
             Counted::ToHost => {
                 totals.copies_to_host += hits;
                 totals.bytes_to_host += bytes;
+            }
+            Counted::Collective(op) => {
+                totals.collectives[op as usize] += hits;
+                totals.collective_bytes[op as usize] += bytes;
             }
         }
     }
@@ -211,16 +233,52 @@ mod tests {
             .all(|p| p.threads.is_empty()));
     }
 
+    fn key(words: [u32; 4]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    fn value(hits: u64, measured: u64) -> Vec<u8> {
+        [hits.to_ne_bytes(), measured.to_ne_bytes()].concat()
+    }
+
     #[test]
     fn keys_and_values_decode_as_the_programs_write_them() {
-        let mut key = Vec::new();
-        for word in [7u32, 9, 3, 0] {
-            key.extend(word.to_ne_bytes());
-        }
-        assert_eq!(decode_key(&key), Some((7, 9, 3)));
-        let mut value = 5u64.to_ne_bytes().to_vec();
-        value.extend(80u64.to_ne_bytes());
-        assert_eq!(decode_value(&value), Some((5, 80)));
-        assert_eq!(decode_key(&key[..6]), None);
+        let copy = number("cuMemcpyDtoHAsync_v2") as u32;
+        assert_eq!(decode_key(&key([7, 9, 3, 0])), Some((7, 9, 3, 0)));
+        assert_eq!(decode_value(&value(5, 80)), Some((5, 80)));
+        assert_eq!(decode_key(&key([7, 9, 3, 0])[..6]), None);
+        assert_eq!(
+            decode(&key([7, 9, copy, 0]), &value(5, 80)),
+            Some(((7, 9, copy as usize), (5, 80)))
+        );
+        // A collective's elements become bytes by its datatype: float32 (7) and bfloat16 (9);
+        // a datatype NCCL has not counts the call, not its bytes.
+        let all_reduce = number("ncclAllReduce") as u32;
+        let decoded = |datatype| decode(&key([7, 9, all_reduce, datatype]), &value(2, 1000));
+        assert_eq!(decoded(7).unwrap().1, (2, 4000));
+        assert_eq!(decoded(9).unwrap().1, (2, 2000));
+        assert_eq!(decoded(99).unwrap().1, (2, 0));
+    }
+
+    #[test]
+    fn collectives_add_up_by_operation() {
+        let all_reduce = number("ncclAllReduce");
+        let gather = number("ncclAllGather");
+        let counts = Reading::from([
+            ((7, 8, all_reduce), (4, 400 << 20)),
+            ((7, 7, all_reduce), (1, 4)),
+            ((7, 8, gather), (2, 64 << 20)),
+        ]);
+        let found = fold(
+            &counts,
+            &Reading::new(),
+            None,
+            &HashMap::new(),
+            &HashMap::new(),
+        );
+        let t = &found[0].totals;
+        assert_eq!(t.collectives, [5, 0, 2, 0, 0]);
+        assert_eq!(t.collective_bytes, [(400 << 20) + 4, 0, 64 << 20, 0, 0]);
+        assert_eq!(t.launches, 0);
     }
 }

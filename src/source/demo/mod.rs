@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::{Source, SourceError};
 use crate::snapshot::{
-    Activity, AsleepWorkers, BusySummary, CgroupContext, CudaThread, CudaTotals, CudaWait,
-    FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
+    Activity, AsleepWorkers, BusySummary, CgroupContext, Collective, CudaThread, CudaTotals,
+    CudaWait, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
     GpuUtilization, NvLinkState, PcieLink, PerActivity, PodRef, ProcessContext, ProcessCuda,
     ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
 };
@@ -485,6 +485,13 @@ impl DemoSource {
         };
         let launches = if role == Role::Idle { 0.0 } else { 2400.0 };
         let steps = if role == Role::Idle { 0.0 } else { 20.0 };
+        // The job's ranks all-reduce their gradients: four 25 MB DDP buckets a step.
+        let (mut collectives, mut collective_bytes) = ([0; 5], [0; 5]);
+        if matches!(role, Role::JobFastRank | Role::JobSlowRank) {
+            let issued = (4.0 * steps * seconds) as u64;
+            collectives[Collective::AllReduce as usize] = issued;
+            collective_bytes[Collective::AllReduce as usize] = issued * (25 << 20);
+        }
         let mut wait_seconds = [0.0; 4];
         wait_seconds[CudaWait::Stream as usize] = wait_ratio * 0.8 * seconds;
         wait_seconds[CudaWait::Copy as usize] = wait_ratio * 0.2 * seconds;
@@ -503,6 +510,8 @@ impl DemoSource {
                 copies_to_host: (steps * seconds) as u64,
                 bytes_to_host: (steps * seconds) as u64 * 4,
                 wait_seconds,
+                collectives,
+                collective_bytes,
             },
             threads: if role == Role::Idle {
                 Vec::new()

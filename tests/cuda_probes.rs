@@ -274,6 +274,7 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                     wait_ratio: 0.01,
                 },
             ],
+            ..ProcessCuda::default()
         }],
         ..Snapshot::default()
     };

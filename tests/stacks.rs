@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::TempDir;
 use gpu_bottleneck_exporter::config::StacksConfig;
 use gpu_bottleneck_exporter::snapshot::{
-    Activity, CudaThread, CudaTotals, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, PerActivity,
-    ProcessCuda, ProcessStacks, Snapshot,
+    Activity, CudaThread, FrameShare, GpuDevice, GpuProcess, GpuSnapshot, PerActivity, ProcessCuda,
+    ProcessStacks, Snapshot,
 };
 use gpu_bottleneck_exporter::source::stacks::StacksSource;
 use gpu_bottleneck_exporter::source::Source;
@@ -198,7 +198,6 @@ fn the_thread_that_drives_the_gpu_is_followed_where_the_main_thread_only_joins_i
         for tick in 0..15 {
             snapshot.cuda = vec![ProcessCuda {
                 pid,
-                totals: CudaTotals::default(),
                 threads: threads
                     .iter()
                     .map(|&tid| CudaThread {
@@ -207,6 +206,7 @@ fn the_thread_that_drives_the_gpu_is_followed_where_the_main_thread_only_joins_i
                         wait_ratio: 0.3,
                     })
                     .collect(),
+                ..ProcessCuda::default()
             }];
             source
                 .sample(&mut snapshot, Duration::from_millis(100 * (from + tick)))

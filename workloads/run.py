@@ -59,6 +59,7 @@ FAST = [
     "data_io_remote_http",
     "data_io_fuse_mount",
     "communication_hung_collective",
+    "communication_ddp_hang",
 ]
 
 

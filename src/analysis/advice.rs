@@ -21,11 +21,11 @@ fn advice(verdict: &GpuVerdict) -> Advice {
             next_steps: &["Wait for a full window (30 s by default) and look again.", "Check gpu_bottleneck_score and gpu_bottleneck_unknown for near misses and missing inputs."],
         },
         Primary::Hung => Advice {
-            explanation: "The training loop has sat in one collective for minutes while the GPU spins in it: a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
+            explanation: "The job has waited for one collective for minutes while the GPU spins in it (NCCL's kernel waits on the GPU for its peers; the host waits in the collective or in its next sync): a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
             next_steps: &[
                 "Find the rank that did not arrive: the job's other GPUs (one that is not hung in the same collective), crashed or restarted pods, XID errors on their nodes.",
-                "Dump every rank's stacks (py-spy dump --pid on each node) and rerun with NCCL_DEBUG=INFO to see which peer each rank waits for.",
-                "Make a lost peer fail the job instead of hanging it: a timeout in init_process_group and TORCH_NCCL_ASYNC_ERROR_HANDLING=1, so the scheduler can restart it.",
+                "Collect before the job is torn down: every rank's stacks (diagnose on each node, or py-spy dump --pid), and PyTorch's Flight Recorder of recent collectives per rank (start the job with TORCH_NCCL_DEBUG_INFO_PIPE_FILE set; writing to a rank's pipe dumps it); NCCL_DEBUG=INFO names the peer each rank waits for.",
+                "Nothing needs turning on for the job to fail: ProcessGroupNCCL's watchdog times the collective out after the process group's timeout (10 min by default) and, with TORCH_NCCL_ASYNC_ERROR_HANDLING at its default (3), tears the process down for the scheduler to restart; a shorter timeout in init_process_group fails it sooner.",
             ],
         },
     }

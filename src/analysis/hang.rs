@@ -1,5 +1,7 @@
 //! A hung collective: a rank whose main thread sits in one collective, tick after tick, while
-//! its GPU spins in it and moves no data.
+//! its GPU spins in it and moves no data — or, as real PyTorch shows it (NCCL enqueues and
+//! returns at once), whose thread has sat in one CUDA driver wait ever since it issued a
+//! collective, the GPU spinning the same way.
 
 use super::{GpuObservation, Hang};
 use crate::config::Thresholds;
@@ -13,6 +15,10 @@ pub const RECENT_SAMPLES_MIN: u32 = 4;
 /// about a GB/s through the GPU's link.
 const HANG_PCIE_BYTES_MAX: f64 = 50e6;
 
+/// SM activity below which a busy GPU runs nothing but a collective's spin (an NCCL kernel
+/// keeps one block per channel: a few SMs of a hundred and more).
+const HANG_SM_ACTIVITY_MAX: f64 = 0.25;
+
 /// Since when a GPU's main thread has sat in one collective with the GPU busy, and the
 /// collective's frame.
 pub type Stuck = Option<(f64, String)>;
@@ -23,6 +29,10 @@ pub type Stuck = Option<(f64, String)>;
 /// wait) and, where the driver reports it, no data crossing its PCIe link (a slow collective
 /// that moves gradients to the NIC is progress, however long it takes).
 pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
+    if let Some(hang) = in_driver(now, t) {
+        *stuck = None;
+        return Some(hang);
+    }
     let held = now.stacks.as_ref().filter(|s| {
         s.recent_samples >= RECENT_SAMPLES_MIN
             && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
@@ -48,5 +58,26 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
     Some(Hang {
         seconds: at - entry.0,
         frame,
+    })
+}
+
+/// A thread of the main GPU process inside one CUDA driver wait since after it issued an NCCL
+/// collective (the probes time the wait from its entry), while the GPU is busy with its SMs
+/// nearly empty where GPM reads them, and no data crosses its PCIe link: the wait is for the
+/// collective's kernel, spinning for a peer. Observed without the stacks.
+fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
+    let wait = now.driver_wait?;
+    let op = wait.after?;
+    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+        && now.sm_activity.is_none_or(|s| s < HANG_SM_ACTIVITY_MAX)
+        && now
+            .pcie_bytes_per_second
+            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
+    spinning.then(|| Hang {
+        seconds: wait.seconds,
+        frame: format!(
+            "{} (NCCL; the host waits inside the CUDA driver)",
+            op.name()
+        ),
     })
 }

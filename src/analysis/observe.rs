@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use super::jobs::{jobs_on, working};
 use crate::snapshot::GpuObservation;
 use crate::snapshot::{
-    GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessNetwork,
-    ProcessStacks, Snapshot,
+    GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessCuda,
+    ProcessNetwork, ProcessStacks, Snapshot,
 };
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
@@ -24,6 +24,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
         snapshot.processes.iter().map(|c| (c.pid, c)).collect();
     let stacks: BTreeMap<u32, &ProcessStacks> =
         snapshot.stacks.iter().map(|s| (s.pid, s)).collect();
+    let cuda: BTreeMap<u32, &ProcessCuda> = snapshot.cuda.iter().map(|c| (c.pid, c)).collect();
     // A process on several GPUs makes them one job.
     let mut gpus_per_pid: BTreeMap<u32, u32> = BTreeMap::new();
     for device in &gpu.devices {
@@ -106,6 +107,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .tx_bytes_per_second
                     .zip(device.pcie.rx_bytes_per_second)
                     .map(|(tx, rx)| tx + rx),
+                driver_wait: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .and_then(|c| c.driver_wait()),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

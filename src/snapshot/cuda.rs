@@ -108,7 +108,7 @@ pub struct CudaThread {
 }
 
 /// A GPU process at the CUDA boundary.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProcessCuda {
     pub pid: u32,
     /// Since its probes were attached.
@@ -116,6 +116,12 @@ pub struct ProcessCuda {
     /// The threads that launched or waited over the last interval, busiest launcher first:
     /// the threads that drive the GPU (empty on the first read).
     pub threads: Vec<CudaThread>,
+    /// How long the thread of the process longest inside a driver wait has been in it, in
+    /// seconds, at the read (`None`: no thread waits).
+    pub waiting_seconds: Option<f64>,
+    /// The last NCCL collective it issued, and how many seconds before the read (`None`:
+    /// none since its probes were attached).
+    pub last_collective: Option<(Collective, f64)>,
 }
 
 impl ProcessCuda {
@@ -138,6 +144,28 @@ impl ProcessCuda {
         waiter
             .or_else(|| self.threads.iter().find(|t| t.launches_per_second > 0.0))
             .map(|t| t.tid)
+    }
+}
+
+/// A GPU process's thread inside a CUDA driver wait now (the CUDA probes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DriverWait {
+    /// How long it has waited, in seconds.
+    pub seconds: f64,
+    /// The NCCL collective the process issued last, where it issued it before the wait began
+    /// (the wait is then, at least in part, for the collective: NCCL returned at once).
+    pub after: Option<Collective>,
+}
+
+impl ProcessCuda {
+    /// The wait a thread of it is inside now, tied to the collective issued before it.
+    pub fn driver_wait(&self) -> Option<DriverWait> {
+        let seconds = self.waiting_seconds?;
+        let after = self
+            .last_collective
+            .filter(|(_, ago)| *ago >= seconds)
+            .map(|(op, _)| op);
+        Some(DriverWait { seconds, after })
     }
 }
 
@@ -166,6 +194,7 @@ mod tests {
                     wait_ratio,
                 })
                 .collect(),
+            ..ProcessCuda::default()
         }
     }
 

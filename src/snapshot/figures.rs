@@ -4,7 +4,9 @@
 //! structs and the fold come from that one line, as `exposition/catalog.rs` does for metrics.
 //! `None` means the input is not available (never "0").
 
-use super::{Activity, AsleepWorkers, Culprits, LinkLoad, MountLoad, ProcessStacks, Sharing};
+use super::{
+    Activity, AsleepWorkers, Culprits, DriverWait, LinkLoad, MountLoad, ProcessStacks, Sharing,
+};
 
 /// Declares the signals: `tick` fields exist per tick only, each `signals` line per tick and
 /// over the window (`name: tick type => fold -> window type`; the fold is a function of the
@@ -65,6 +67,9 @@ figures! {
         /// Bytes per second over the GPU's PCIe link, both directions (GPUDirect RDMA moves a
         /// multi-node all-reduce's data there).
         pcie_bytes_per_second: Option<f64>,
+        /// The main GPU process's thread inside a CUDA driver wait now, and the collective
+        /// it issued before (the CUDA probes; `None` where nothing waits or unprobed).
+        driver_wait: Option<DriverWait>,
         /// Independent jobs among the processes on the GPU (`None` when some process's owner
         /// is unknown).
         independent_jobs: Option<u32>,

@@ -1,7 +1,9 @@
 //! A hung job told from a busy one: a rank that sits in one collective in every stack sample
 //! while its GPU reads busy (NCCL's kernels spin while they wait) is hung once it has done so
 //! for `analysis.hang_after`; a communication-bound rank that leaves the collective between
-//! steps, or one whose GPU does not spin, is not.
+//! steps, or one whose GPU does not spin, is not. With the CUDA probes the same holds for a
+//! rank whose host waits in the driver ever since it issued a collective (real PyTorch: NCCL
+//! returns at once).
 
 use crate::common::exposition::value;
 use crate::common::scenario::{healthy, run, stacks};
@@ -9,7 +11,7 @@ use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{explanation, next_steps};
 use gpu_bottleneck_exporter::analysis::{Kind, Primary};
 use gpu_bottleneck_exporter::report::{any_bottleneck, text_report};
-use gpu_bottleneck_exporter::snapshot::Activity;
+use gpu_bottleneck_exporter::snapshot::{Activity, Collective, DriverWait};
 
 /// A rank whose main thread is seen in its all-reduce in `share` of the samples, the GPU
 /// `busy`.
@@ -101,4 +103,47 @@ fn a_rank_that_leaves_the_collective_between_steps_is_not_hung() {
         ..in_collective(1.0, 1.0)
     });
     assert_eq!(quiet_link.primary, Primary::Hung);
+}
+
+/// A DDP rank as real PyTorch shows a hang: NCCL returned at once, the host waits in its next
+/// sync (`loss.item()`, a "sync" in the stacks) inside the CUDA driver, for `seconds` of the
+/// run at tick `s` since the wait began at `began`, after an all-reduce issued before it.
+fn in_driver(s: u32, began: u32, busy: f64, sm: Option<f64>) -> GpuObservation {
+    let mut o = healthy("GPU-a");
+    o.busy = Some(busy);
+    o.idle_share = Some(0.0);
+    o.sm_activity = sm;
+    o.stacks = stacks(Activity::GpuSync, 1.0);
+    o.driver_wait = (s >= began).then(|| DriverWait {
+        seconds: f64::from(s - began),
+        after: Some(Collective::AllReduce),
+    });
+    o
+}
+
+#[test]
+fn a_rank_waiting_in_the_driver_since_its_collective_with_the_gpu_spinning_is_hung() {
+    let hung = run(200, |s| in_driver(s, 20, 1.0, Some(0.06)));
+    assert_eq!(hung.primary, Primary::Hung);
+    let hang = hung.hang.as_ref().unwrap();
+    assert!((175.0..=180.0).contains(&hang.seconds), "{hang:?}");
+    assert!(hang.frame.starts_with("all_reduce (NCCL"), "{hang:?}");
+    // Not hung: the SMs busy (a long compute kernel queued after the collective), the wait
+    // not tied to a collective issued before it, the GPU idle, or waits that end each step.
+    let computing = run(200, |s| in_driver(s, 20, 1.0, Some(0.8)));
+    assert_ne!(computing.primary, Primary::Hung);
+    assert!(computing.hang.is_none());
+    let untied = run(200, |s| GpuObservation {
+        driver_wait: Some(DriverWait {
+            seconds: f64::from(s),
+            after: None,
+        }),
+        ..in_driver(s, 0, 1.0, Some(0.06))
+    });
+    assert!(untied.hang.is_none());
+    let idle = run(200, |s| in_driver(s, 20, 0.05, None));
+    assert!(idle.hang.is_none());
+    let stepping = run(200, |s| in_driver(s, s - s % 2, 1.0, None));
+    assert_ne!(stepping.primary, Primary::Hung);
+    assert!(stepping.hang.unwrap().seconds < 2.0);
 }

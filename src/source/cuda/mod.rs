@@ -40,7 +40,7 @@ use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
 use self::windows::{start_launch_windows, LaunchWindows, Windowed};
 use super::{Source, SourceError};
-use crate::snapshot::{DriverView, Snapshot};
+use crate::snapshot::{Collective, DriverView, ProcessCuda, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports when the probes are refused.
 pub const CUDA_SIGNAL: &str = "cuda_probes";
@@ -179,6 +179,9 @@ pub struct CudaSource {
     launch_baseline: Option<(Reading, f64, Duration)>,
     launch_rates: HashMap<(u32, u32), f64>,
     launches: HashMap<u32, f64>,
+    /// Per process: its collective counts at the last read, and the last collective issued
+    /// (seconds of the source's clock).
+    collectives_seen: HashMap<u32, CollectivesSeen>,
 }
 
 impl CudaSource {
@@ -206,6 +209,7 @@ impl CudaSource {
             launch_baseline: None,
             launch_rates: HashMap::new(),
             launches: HashMap::new(),
+            collectives_seen: HashMap::new(),
         }
     }
 
@@ -295,6 +299,79 @@ impl CudaSource {
     }
 }
 
+/// Per process, how long its thread longest inside a driver wait has been in it (seconds);
+/// entries of processes not in `keep` are deleted.
+fn waiting_now(starts: &Map, keep: &HashSet<u32>) -> HashMap<u32, f64> {
+    let now = monotonic_ns();
+    let mut waiting: HashMap<u32, f64> = HashMap::new();
+    for (key, value) in starts.entries() {
+        let word = |bytes: &[u8], i: usize| {
+            Some(u64::from_ne_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
+        };
+        let (Some(pid_tgid), Some(start)) = (word(&key, 0), word(&value, 0)) else {
+            continue;
+        };
+        let pid = (pid_tgid >> 32) as u32;
+        if !keep.contains(&pid) {
+            starts.delete(&key);
+            continue;
+        }
+        let seconds = now.saturating_sub(start) as f64 / 1e9;
+        let longest = waiting.entry(pid).or_insert(seconds);
+        *longest = longest.max(seconds);
+    }
+    waiting
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, which times the waits.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The last collective `process` issued and how long ago, from its counts: `seen` keeps per
+/// process the counts and time of the last read, and the last collective that grew with the
+/// time of the read before it grew (it was issued after that read: "how long ago" is at most
+/// one read too long, so that a wait begun just after it, in the same interval, is tied to
+/// it).
+fn last_collective(
+    seen: &mut HashMap<u32, CollectivesSeen>,
+    process: &ProcessCuda,
+    now: f64,
+) -> Option<(Collective, f64)> {
+    let counts = process.totals.collectives;
+    let (before, read_at, last) = seen.entry(process.pid).or_insert((counts, now, None));
+    // The operation that grew the most since the last read (issued last, as far as a read a
+    // second tells); on the first read, the most issued.
+    let grown = Collective::ALL
+        .into_iter()
+        .map(|op| (op, counts[op as usize].saturating_sub(before[op as usize])))
+        .filter(|(_, n)| *n > 0)
+        .max_by_key(|(_, n)| *n);
+    if let Some((op, _)) = grown {
+        *last = Some((op, *read_at));
+    } else if last.is_none() {
+        let most = Collective::ALL
+            .into_iter()
+            .max_by_key(|op| counts[*op as usize]);
+        *last = most
+            .filter(|op| counts[*op as usize] > 0)
+            .map(|op| (op, now));
+    }
+    *before = counts;
+    *read_at = now;
+    last.map(|(op, at)| (op, now - at))
+}
+
+/// A process's collective counts and the time of the last read, and the last collective it
+/// issued with the time of the read before it.
+type CollectivesSeen = ([u64; 5], f64, Option<(Collective, f64)>);
+
 /// Every entry of a map, decoded (a collective's entries per datatype added up); entries of
 /// processes not in `keep` are deleted.
 fn read_map(map: &Map, keep: &HashSet<u32>) -> Reading {
@@ -340,20 +417,19 @@ impl Source for CudaSource {
         let keep: HashSet<u32> = pids.iter().copied().collect();
         let counts = read_map(&maps.counts, &keep);
         let waits = read_map(&maps.waits, &keep);
-        for (key, _) in maps.starts.entries() {
-            let pid = key
-                .get(4..8)
-                .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or_default()));
-            if pid.is_some_and(|pid| !keep.contains(&pid)) {
-                maps.starts.delete(&key);
-            }
-        }
+        let waiting = waiting_now(&maps.starts, &keep);
         self.count_launches(&counts, now, &keep);
         let before = self
             .previous
             .as_ref()
             .map(|(c, w, at)| (c, w, now.saturating_sub(*at).as_secs_f64()));
         snapshot.cuda = fold(&counts, &waits, before, &self.launch_rates, &self.launches);
+        self.collectives_seen.retain(|pid, _| keep.contains(pid));
+        for process in &mut snapshot.cuda {
+            process.waiting_seconds = waiting.get(&process.pid).copied();
+            process.last_collective =
+                last_collective(&mut self.collectives_seen, process, now.as_secs_f64());
+        }
         self.previous = Some((counts, waits, now));
         let refused = self
             .libraries
@@ -367,5 +443,45 @@ impl Source for CudaSource {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_collective_is_the_one_that_grew_and_it_ages_while_none_does() {
+        let mut seen = HashMap::new();
+        let mut process = ProcessCuda {
+            pid: 7,
+            ..ProcessCuda::default()
+        };
+        // Nothing issued yet: none.
+        assert_eq!(last_collective(&mut seen, &process, 10.0), None);
+        // Four all-reduces and one all-gather since: the all-reduce, issued after the read
+        // before (at most a read ago).
+        process.totals.collectives = [4, 0, 1, 0, 0];
+        assert_eq!(
+            last_collective(&mut seen, &process, 11.0),
+            Some((Collective::AllReduce, 1.0))
+        );
+        // Then only an all-gather; then nothing for 30 s (a hang): it ages.
+        process.totals.collectives = [4, 0, 2, 0, 0];
+        assert_eq!(
+            last_collective(&mut seen, &process, 12.0),
+            Some((Collective::AllGather, 1.0))
+        );
+        assert_eq!(
+            last_collective(&mut seen, &process, 42.0),
+            Some((Collective::AllGather, 31.0))
+        );
+        // First seen with collectives already counted: the most issued, as of that read.
+        let mut fresh = HashMap::new();
+        process.totals.collectives = [9, 0, 2, 0, 0];
+        assert_eq!(
+            last_collective(&mut fresh, &process, 5.0),
+            Some((Collective::AllReduce, 0.0))
+        );
     }
 }

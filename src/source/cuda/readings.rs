@@ -80,8 +80,7 @@ pub fn fold(
     fn totals(processes: &mut HashMap<u32, ProcessCuda>, pid: u32) -> &mut CudaTotals {
         let process = processes.entry(pid).or_insert_with(|| ProcessCuda {
             pid,
-            totals: CudaTotals::default(),
-            threads: Vec::new(),
+            ..ProcessCuda::default()
         });
         &mut process.totals
     }

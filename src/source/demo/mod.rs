@@ -522,6 +522,7 @@ impl DemoSource {
                     thread(pid, launches / 3.0, wait_ratio),
                 ]
             },
+            ..ProcessCuda::default()
         }
     }
 }

@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 
 use common::exposition::value;
-use common::{Reaped, Scenario, TempDir};
+use common::{Exporter, Reaped, Scenario, TempDir};
 
 /// Whether this test process may load BPF programs and open uprobe events: CAP_SYS_ADMIN, or
 /// CAP_BPF with CAP_PERFMON, in its effective set.
@@ -24,24 +24,25 @@ fn may_probe() -> bool {
     has(21) || (has(38) && has(39))
 }
 
-#[test]
-fn launches_copies_and_driver_waits_are_counted_per_process() {
+/// The exporter over one emulated GPU, and a Python process running `script` on it (the
+/// workloads directory on its path, the GPU's timeline beside it).
+struct Probed {
+    _timelines: TempDir,
+    _scenario: Scenario,
+    exporter: Exporter,
+    _workload: Reaped,
+    pid: String,
+}
+
+fn probed(script: &str) -> Probed {
     let timelines = TempDir::new("timelines");
     let scenario = Scenario::new(&format!(
         "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
         timelines.path().join("gpu0.timeline").display()
     ));
     let exporter = scenario.start(&common::fake_nvml(false), "");
-    // A steady stream of launches for about 60 ms (so that the launch windows, 20 ms about every
-    // 2 s, find it launching), then a 50 ms kernel and loss.item() (it waits about 50 ms
-    // inside the driver, spinning), then 50 ms of host sleep: the main thread is inside the
-    // driver about a third of the time.
-    let script = format!(
-        "import sys, time\nsys.path.insert(0, {workloads:?})\nimport emugpu\ngpu = emugpu.open_gpu(0)\n\
-         while True:\n    for _ in range(100):\n        gpu.launch(0.0002)\n        time.sleep(0.0005)\n\
-         \x20   gpu.launch(0.05)\n    gpu.item()\n    time.sleep(0.05)\n",
-        workloads = common::repo_root().join("workloads").to_string_lossy(),
-    );
+    let workloads = common::repo_root().join("workloads");
+    let script = format!("import sys\nsys.path.insert(0, {workloads:?})\n{script}");
     let workload = Reaped(
         Command::new("python3")
             .args(["-c", &script])
@@ -50,7 +51,26 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
             .spawn()
             .expect("python3"),
     );
-    let pid = workload.0.id().to_string();
+    Probed {
+        pid: workload.0.id().to_string(),
+        _timelines: timelines,
+        _scenario: scenario,
+        exporter,
+        _workload: workload,
+    }
+}
+
+#[test]
+fn launches_copies_and_driver_waits_are_counted_per_process() {
+    // A steady stream of launches for about 60 ms (so that the launch windows, 20 ms about every
+    // 2 s, find it launching), then a 50 ms kernel and loss.item() (it waits about 50 ms
+    // inside the driver, spinning), then 50 ms of host sleep: the main thread is inside the
+    // driver about a third of the time.
+    let Probed { exporter, pid, .. } = &probed(
+        "import time, emugpu\ngpu = emugpu.open_gpu(0)\n\
+         while True:\n    for _ in range(100):\n        gpu.launch(0.0002)\n        time.sleep(0.0005)\n\
+         \x20   gpu.launch(0.05)\n    gpu.item()\n    time.sleep(0.05)\n",
+    );
     let with = |kind: &'static str| [("pid", pid.as_str()), ("kind", kind)];
     if !may_probe() {
         let page = exporter.metrics_when(|p| {
@@ -80,13 +100,13 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
     let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let page = exporter.metrics_when(|p| {
         value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n > 0.0)
-            && value(p, "gpu_process_cuda_driving_threads", &[("pid", &pid)]) == Some(1.0)
+            && value(p, "gpu_process_cuda_driving_threads", &[("pid", pid)]) == Some(1.0)
             && value(p, "gpu_process_cuda_copies_total", &direction("to_host"))
                 .is_some_and(|n| n >= 20.0)
             && value(
                 p,
                 "gpu_process_cuda_main_thread_wait_ratio",
-                &[("pid", &pid)],
+                &[("pid", pid)],
             )
             .is_some_and(|r| r > 0.0)
     });
@@ -130,7 +150,7 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
     let ratio = value(
         &page,
         "gpu_process_cuda_main_thread_wait_ratio",
-        &[("pid", &pid)],
+        &[("pid", pid)],
     )
     .unwrap();
     assert!(
@@ -138,7 +158,7 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         "main thread in the driver {ratio} of the time"
     );
     assert_eq!(
-        value(&page, "gpu_process_cuda_driving_threads", &[("pid", &pid)]),
+        value(&page, "gpu_process_cuda_driving_threads", &[("pid", pid)]),
         Some(1.0)
     );
     assert_eq!(
@@ -153,17 +173,10 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
 
 #[test]
 fn nccl_collectives_are_counted_per_process_by_operation() {
-    let timelines = TempDir::new("timelines");
-    let scenario = Scenario::new(&format!(
-        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
-        timelines.path().join("gpu0.timeline").display()
-    ));
-    let exporter = scenario.start(&common::fake_nvml(false), "");
     // A rank of a one-rank communicator (nothing to wait for) all-reducing 4 MiB of float32
     // every 50 ms, as DDP's buckets are, through the stub libnccl.so.2 mapped beside the driver.
-    let script = format!(
-        "import ctypes, os, sys, time\nsys.path.insert(0, {workloads:?})\nimport emugpu\n\
-         gpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
+    let Probed { exporter, pid, .. } = &probed(
+        "import ctypes, os, time, emugpu\ngpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
          class UniqueId(ctypes.Structure):\n    _fields_ = [('internal', ctypes.c_char * 128)]\n\
          nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), 'libnccl.so.2'))\n\
          nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]\n\
@@ -172,17 +185,7 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
          assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0\nbuffer = 0x7e0000000000\n\
          while True:\n    assert nccl.ncclAllReduce(buffer, buffer, 1 << 20, 7, 0, comm, None) == 0\n\
          \x20   gpu.synchronize()\n    time.sleep(0.05)\n",
-        workloads = common::repo_root().join("workloads").to_string_lossy(),
     );
-    let workload = Reaped(
-        Command::new("python3")
-            .args(["-c", &script])
-            .env("EMUGPU_DIR", timelines.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("python3"),
-    );
-    let pid = workload.0.id().to_string();
     let op = |op: &'static str| [("pid", pid.as_str()), ("op", op)];
     if !may_probe() {
         let page = exporter.metrics_when(|p| {

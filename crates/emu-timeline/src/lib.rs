@@ -24,8 +24,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 mod device;
+mod kernel;
 
 pub use device::{Booked, Device, Length, Shares};
+pub use kernel::{now_ns, KernelCost, UNTIL_WORD};
 
 const MAGIC: &[u8; 8] = b"EMUGPU01";
 const HEADER: u64 = 64;

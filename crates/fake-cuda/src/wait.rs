@@ -42,16 +42,8 @@ fn logical_cpus() -> usize {
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock of the timeline (Python's `time.monotonic_ns`).
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// CLOCK_MONOTONIC in nanoseconds: the timeline's clock.
+pub use emu_timeline::now_ns;
 
 /// Returns once CLOCK_MONOTONIC reaches `deadline_ns`, waiting as `wait` says.
 #[inline(never)]

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::cuda::{self, KernelCost, Ptr, NOT_READY, SUCCESS, UNTIL_WORD};
+pub use emu_timeline::now_ns;
+use emu_timeline::{KernelCost, UNTIL_WORD};
+
+use crate::cuda::{self, Ptr, NOT_READY, SUCCESS};
 use crate::shared::{Shared, SLOTS};
 
 /// What a collective does with its data, for its transfer's size.
@@ -239,15 +242,4 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks
             }
         });
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the timeline's clock.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -6,21 +6,6 @@ use std::sync::OnceLock;
 
 pub type Ptr = *mut c_void;
 
-/// The stub driver's kernel cost (crates/fake-cuda `KernelCost`, its first kernel argument).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct KernelCost {
-    pub seconds: f64,
-    pub sm: f64,
-    pub occupancy: f64,
-    pub tensor: f64,
-    pub dram: f64,
-    pub flags: u32,
-    pub until_ns: u64,
-}
-
-/// crates/fake-cuda `UNTIL_WORD`: `until_ns` is the address of the word the kernel spins on.
-pub const UNTIL_WORD: u32 = 1 << 31;
 /// `CUDA_SUCCESS`, `CUDA_ERROR_NOT_READY`.
 pub const SUCCESS: c_int = 0;
 pub const NOT_READY: c_int = 600;

@@ -17,9 +17,6 @@ use emu_timeline::{Length, Shares};
 
 use super::*;
 
-/// `KernelCost::flags` bit: `until_ns` is the address of the word, not a time. The driver's
-/// own flag, never booked on the timeline.
-pub const UNTIL_WORD: u32 = 1 << 31;
 /// What `sync_point` and `event_point` answer while the point lies behind a held kernel.
 pub const HELD: u64 = u64::MAX;
 /// How far ahead of the clock the spin is booked, and how often the holds are looked at.

@@ -13,7 +13,8 @@ mod held;
 mod memory;
 mod work;
 
-pub use held::{move_holds, HELD, POLL_NS, UNTIL_WORD};
+pub use emu_timeline::UNTIL_WORD;
+pub use held::{move_holds, HELD, POLL_NS};
 
 use super::wait::{self, Wait};
 use super::CuResult;
@@ -28,44 +29,10 @@ const PINNED_BYTES_PER_S: f64 = 25e9;
 const PAGEABLE_BYTES_PER_S: f64 = 10e9;
 const DEVICE_BYTES_PER_S: f64 = 1e12;
 const COPY_LATENCY_NS: u64 = 8_000;
-/// A kernel launched without the stub's cost argument.
-const DEFAULT_KERNEL_NS: u64 = 5_000;
 /// Where device allocations start: an address range no host pointer has.
 const DEVICE_BASE: u64 = 0x7e00_0000_0000;
 
-/// The cost of a stub kernel, passed as its first kernel argument (`kernelParams[0]` points
-/// to it): what a real kernel's code and grid decide.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct KernelCost {
-    /// Seconds on the device; ignored when `until_ns` is set.
-    pub seconds: f64,
-    /// Shares 0..1 of the SMs kept busy, warps resident, tensor pipes, DRAM bandwidth.
-    pub sm: f64,
-    pub occupancy: f64,
-    pub tensor: f64,
-    pub dram: f64,
-    /// Timeline flags (`emu_timeline::COLLECTIVE_KERNEL`).
-    pub flags: u32,
-    /// Non-zero: the kernel runs until this CLOCK_MONOTONIC time (a collective's spin), or,
-    /// with [`UNTIL_WORD`] in `flags`, the address of the word that will say when (held.rs).
-    pub until_ns: u64,
-}
-
-impl KernelCost {
-    /// A real kernel launched through the stub without a cost: a tiny one.
-    pub fn default_tiny() -> KernelCost {
-        KernelCost {
-            seconds: DEFAULT_KERNEL_NS as f64 / 1e9,
-            sm: 0.05,
-            occupancy: 0.02,
-            tensor: 0.0,
-            dram: 0.05,
-            flags: 0,
-            until_ns: 0,
-        }
-    }
-}
+pub use emu_timeline::KernelCost;
 
 /// Direction of a copy, for its bandwidth and its sync rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -161,6 +161,13 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         value(&page, "gpu_process_cuda_driving_threads", &[("pid", pid)]),
         Some(1.0)
     );
+    // Its waits last 50 ms: whatever one the read found it in, it had not lasted a second.
+    let ongoing = value(
+        &page,
+        "gpu_process_cuda_wait_ongoing_seconds",
+        &[("pid", pid)],
+    );
+    assert!(ongoing.is_some_and(|s| s < 1.0), "{ongoing:?}");
     assert_eq!(
         value(
             &page,
@@ -277,6 +284,7 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                     wait_ratio: 0.01,
                 },
             ],
+            waiting_seconds: Some(1.5),
             ..ProcessCuda::default()
         }],
         ..Snapshot::default()
@@ -330,8 +338,12 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
             .sum()
     };
     assert_eq!(
+        of("gpu_process_cuda_wait_ongoing_seconds", &[("pid", "4242")]),
+        Some(1.5)
+    );
+    assert_eq!(
         series("gpu_process_cuda_"),
-        12,
+        13,
         "a fixed set per process, none per kernel or call"
     );
     // Five operations each for the process that issued collectives, none for the other.

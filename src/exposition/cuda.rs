@@ -6,8 +6,8 @@ use super::*;
 use crate::snapshot::{Collective, CudaWait, GpuSnapshot, ProcessCuda};
 
 /// Per GPU process the probes watch: launches and copies by kind, wait time by kind, NCCL
-/// collectives and bytes by operation (where NCCL is mapped), the threads that drive the GPU
-/// and the main thread's share of time in waits. Bounded: a fixed set of series per process,
+/// collectives and bytes by operation (where NCCL is mapped), the threads that drive the GPU,
+/// the main thread's share of time in waits and the longest wait going on. Bounded: a fixed set of series per process,
 /// none per kernel or per call.
 pub(super) fn process_cuda_families(
     gpu: &GpuSnapshot,
@@ -23,6 +23,7 @@ pub(super) fn process_cuda_families(
     let mut collective_bytes = Family::new(&PROC_NCCL_BYTES);
     let mut threads = Family::new(&PROC_CUDA_THREADS);
     let mut main_wait = Family::new(&PROC_CUDA_MAIN_WAIT);
+    let mut ongoing = Family::new(&PROC_CUDA_WAITING);
     for device in gpu.devices.iter().filter(|d| d.up) {
         let index = device.index.to_string();
         for process in &device.processes {
@@ -62,6 +63,7 @@ pub(super) fn process_cuda_families(
             threads.add(&base, driving as f64);
             let main = seen.threads.iter().find(|t| t.tid == process.pid);
             main_wait.add(&base, main.map_or(0.0, |t| t.wait_ratio));
+            ongoing.add(&base, seen.waiting_seconds.unwrap_or(0.0));
         }
     }
     out.extend([
@@ -73,5 +75,6 @@ pub(super) fn process_cuda_families(
         collective_bytes,
         threads,
         main_wait,
+        ongoing,
     ]);
 }

@@ -110,6 +110,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 driver_wait: main
                     .and_then(|p| cuda.get(&p.pid))
                     .and_then(|c| c.driver_wait()),
+                collective_wait: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .map(|c| c.collective_wait_ratio()),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

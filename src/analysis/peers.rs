@@ -51,6 +51,7 @@ pub fn job_gaps(jobs: &[Option<&str>], windows: &mut [WindowFigures]) {
 /// the transfer itself, or a wait for ranks on other nodes).
 pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t: &Thresholds) {
     for members in groups(ranks) {
+        spin_excess(&members, windows);
         let figures: Option<Vec<RankFigures>> = members
             .iter()
             .map(|&i| rank_figures(&windows[i], t))
@@ -66,6 +67,28 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
             let excess = (rank.busy - least_busy).max(rank.empty - least_empty);
             windows[i].collective_busy_cap = Some(excess + least_in_collectives);
         }
+    }
+}
+
+/// Each rank of a group whose busy times are known gets how much longer its GPU was busy
+/// with its SMs empty than the least busy rank's: identical ranks step together, so a rank
+/// busier than a peer with nothing on its SMs spun that long in a collective waiting for it
+/// (stacks not needed: what says the rank waited for a collective is its own driver waits).
+fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
+    let known: Option<Vec<(f64, f64)>> = members
+        .iter()
+        .map(|&i| {
+            let w = &windows[i];
+            let own = main_work_share(w).unwrap_or(1.0);
+            let busy = w.busy?.clamp(0.0, 1.0);
+            let empty = (busy - w.sm_activity?).max(0.0);
+            Some((busy * own, empty * own))
+        })
+        .collect();
+    let Some(known) = known else { return };
+    let least_busy = known.iter().map(|k| k.0).fold(f64::MAX, f64::min);
+    for (&i, (busy, empty)) in members.iter().zip(known) {
+        windows[i].spin_excess = Some((busy - least_busy).min(empty).max(0.0));
     }
 }
 

@@ -119,6 +119,10 @@ pub fn reason(reason: &Reason) -> String {
         Reason::FollowedThread { tid } => format!(
             "the samples are of thread {tid}, which drives the GPU while the main thread touches no CUDA (the training function runs on a thread of its own)"
         ),
+        Reason::SpunForPeers { share } => format!(
+            "the host waited in the CUDA driver after issuing NCCL collectives while its GPU was busier, with its SMs empty, than its job's least busy rank: it spun {} of the time in the collectives, waiting for its peers",
+            percent(*share)
+        ),
         Reason::PeersAsBusy { at_most, seen } => format!(
             "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
             percent(*at_most),

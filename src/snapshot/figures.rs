@@ -123,6 +123,9 @@ figures! {
         /// The node's busiest processes outside the GPU process trees (`None` while not
         /// looked for; over the window: as last found).
         culprits: Option<Culprits> => latest -> Option<Culprits>,
+        /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
+        /// driver while it issued NCCL collectives (`None`: no CUDA probes on it).
+        collective_wait: Option<f64> => mean -> Option<f64>,
         /// Number of the main GPU process's main thread, busiest other thread and workers
         /// waiting for a CPU.
         cpu_wait: Option<f64> => mean -> Option<f64>,
@@ -206,6 +209,10 @@ figures! {
         /// busy time any of the ranks spent in collectives (`None`: no peers, or peers
         /// without stacks; filled by the peer comparison).
         collective_busy_cap: Option<f64> = nothing,
+        /// How much longer this rank's GPU was busy with its SMs empty than its job's least
+        /// busy rank's (`None`: no peers whose busy time is known; filled by the peer
+        /// comparison): the most its GPU can have spun waiting for them.
+        spin_excess: Option<f64> = nothing,
     }
 }
 

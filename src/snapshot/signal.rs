@@ -101,6 +101,10 @@ signals! {
     RowRemapPendingOrFailed = "row_remap_pending_or_failed", Condition;
     /// Busy spread to the busiest GPU of the same job.
     JobBusyGap = "job_busy_gap", Consequence;
+    /// Share of the time the GPU spun in NCCL collectives for its peers: its host waiting in
+    /// the CUDA driver while the process issued them, at most its excess of empty-SM busy
+    /// time over its job's least busy rank.
+    SpunForPeers = "spun_for_peers", Observed;
     /// The PCIe link trained below its maximum generation or width.
     PcieBandwidthShare = "pcie_bandwidth_share", Standing;
     /// Other jobs run work on the GPU (or, without per-process utilization, hold it).

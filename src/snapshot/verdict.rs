@@ -278,6 +278,13 @@ pub enum Reason {
         /// What the stacks alone would charge.
         seen: f64,
     },
+    /// The host waited in the CUDA driver after issuing collectives while the GPU was busier,
+    /// with its SMs empty, than the job's least busy rank: it spun `share` of the time in the
+    /// collectives, waiting for its peers.
+    SpunForPeers {
+        /// Share of the window.
+        share: f64,
+    },
     /// The device reports no busy time (a MIG slice): the split starts from the share of the
     /// samples in which the loop waited for the GPU, `busy`, a lower bound of its busy time
     /// (the idle time and its causes are upper bounds).

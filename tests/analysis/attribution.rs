@@ -488,3 +488,65 @@ fn a_rank_waiting_on_the_host_while_its_gpu_works_as_long_as_its_peers_is_not_co
     assert!((0.28..=0.4).contains(&communication), "{:?}", fast.lost);
     assert_eq!(fast.primary, Primary::Bottleneck(Kind::Communication));
 }
+
+/// Rank `rank` of a DDP job as real PyTorch runs it: NCCL returns at once, so its host waits
+/// at the step's sync (`loss.item()`: a sync in the stacks, `wait` of the time, the CUDA
+/// probes timing it in the driver while the process issues all-reduces), Python otherwise.
+fn ddp_rank(rank: u32, busy: f64, sm: f64, wait: f64) -> GpuObservation {
+    let mut o = healthy(&format!("GPU-{rank}"));
+    o.index = rank;
+    o.ranks = Some("launcher:100".into());
+    o.busy = Some(busy);
+    o.idle_share = Some(1.0 - busy);
+    o.sm_activity = Some(sm);
+    o.stacks = seen(200, [0.0, wait, 0.0, 1.0 - wait, 0.0]);
+    o.collective_wait = Some(wait);
+    o
+}
+
+/// communication_ddp_straggler: rank 1's loader is late, its GPU idles 46 % of the time, and
+/// rank 0's GPU spins in the all-reduce kernels for it (busy, SMs empty) while its host waits
+/// in loss.item(). No frame names a collective; the exporter read kernel_efficiency (truth
+/// communication 0.44). The probes see the host wait in the driver while all-reduces are
+/// issued, and the peer comparison bounds the spin by how much longer rank 0's GPU was busy
+/// with empty SMs. Balanced ranks wait alike (their own kernels): no communication there.
+#[test]
+fn a_ddp_rank_waiting_at_its_sync_while_its_gpu_spins_for_a_late_peer_is_communicating() {
+    let share = |v: &GpuVerdict, kind| v.lost.as_ref().unwrap().share(Cause::Kind(kind));
+    let straggling = run_many(40, |_| {
+        vec![ddp_rank(0, 0.98, 0.47, 0.5), ddp_rank(1, 0.54, 0.46, 0.1)]
+    });
+    let (waiting, late) = (&straggling[0], &straggling[1]);
+    let communication = share(waiting, Kind::Communication);
+    assert!((0.4..=0.46).contains(&communication), "{:?}", waiting.lost);
+    assert_eq!(waiting.primary, Primary::Bottleneck(Kind::Communication));
+    assert!(
+        waiting
+            .lost
+            .as_ref()
+            .unwrap()
+            .reasons
+            .iter()
+            .any(|r| matches!(r, Reason::SpunForPeers { .. })),
+        "{:?}",
+        waiting.lost
+    );
+    assert!(share(late, Kind::Communication) < 0.02, "{:?}", late.lost);
+    // Balanced ranks of small kernels, each host waiting 60 % of the time for its own GPU:
+    // kernel efficiency, not communication.
+    let balanced = run_many(40, |_| {
+        vec![ddp_rank(0, 0.98, 0.3, 0.6), ddp_rank(1, 0.97, 0.3, 0.6)]
+    });
+    assert!(share(&balanced[0], Kind::Communication) < 0.03);
+    assert_eq!(
+        balanced[0].primary,
+        Primary::Bottleneck(Kind::KernelEfficiency)
+    );
+    // Without the probes the waits are not tied to collectives: as before, empty SMs.
+    let unprobed = run_many(40, |_| {
+        let mut ranks = vec![ddp_rank(0, 0.98, 0.47, 0.5), ddp_rank(1, 0.54, 0.46, 0.1)];
+        ranks.iter_mut().for_each(|r| r.collective_wait = None);
+        ranks
+    });
+    assert!(share(&unprobed[0], Kind::Communication) < 0.02);
+}

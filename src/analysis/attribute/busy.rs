@@ -31,7 +31,25 @@ pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_c
         lost.reasons
             .push(Reason::PeersAsBusy { at_most: cap, seen });
     }
-    let collective = take(lost, Kind::Communication, seen.min(cap));
+    // Real PyTorch's host meets a collective at its next sync (NCCL returns at once): where
+    // the probes saw the GPU-driving thread wait in the driver while the process issued
+    // collectives, the GPU spun in them for at most that long, and at most as long as it was
+    // busier with empty SMs than its job's least busy rank (identical ranks spin alike, so a
+    // balanced job's waits are its own work's).
+    let after_collectives = w
+        .collective_wait
+        .zip(w.spin_excess)
+        .map_or(0.0, |(wait, excess)| wait.min(excess));
+    if after_collectives > seen.min(cap) {
+        lost.reasons.push(Reason::SpunForPeers {
+            share: after_collectives,
+        });
+    }
+    let collective = take(
+        lost,
+        Kind::Communication,
+        seen.min(cap).max(after_collectives),
+    );
     lost.collective_busy = collective;
     // The device's SM activity mixes every process's kernels: the main job's empty SMs are
     // its share of the empty time (its share of the work), not the other jobs' (theirs is

@@ -5,7 +5,10 @@
 //! several GPUs) past `job_imbalance`; seen in the stacks, the main thread mostly in a
 //! collective, whichever GPU looks busier (NCCL's kernels spin on the waiting GPU); a PCIe
 //! link trained below its maximum generation or width while the GPU works; collectives
-//! crossing a saturated or slow link of the node while the GPU waits. Observed, its cost is
+//! crossing a saturated or slow link of the node while the GPU waits; with the CUDA probes, the
+//! host waiting in the driver while the process issues NCCL collectives (real PyTorch meets a
+//! collective at its next sync), bounded by how much longer the GPU was busy with empty SMs
+//! than its job's least busy rank. Observed, its cost is
 //! the idle time the main thread spent in collectives, plus the busy time its GPU spun in
 //! them: at most the time its SMs sat empty (a spinning collective leaves them so) and, beside
 //! peers whose stacks are seen, at most its excess over the least busy of them.
@@ -31,8 +34,29 @@ pub(super) const SPEC: KindSpec = KindSpec {
     advice,
 };
 
+/// The main thread seen in a collective, or — real PyTorch's shape, NCCL returning at once —
+/// the GPU-driving thread waiting in the CUDA driver while the process issued collectives, its
+/// GPU busier with empty SMs than its job's least busy rank (the sync the host meets the
+/// collective at is in the stacks as a sync, not a collective).
 fn premise(w: &WindowFigures) -> Premise {
-    Premise::seen(w, Signal::MainThreadInCollective, Activity::Collective)
+    let stacks = Premise::seen(w, Signal::MainThreadInCollective, Activity::Collective);
+    match spun_for_peers(w) {
+        Some(spun) if spun > stacks.share => Premise {
+            signal: Signal::SpunForPeers,
+            activity: Activity::GpuSync,
+            share: spun,
+        },
+        _ => stacks,
+    }
+}
+
+/// The share of the window the GPU spun in collectives for its peers, as the CUDA probes and
+/// the peer comparison bound it: the driver waits while collectives were issued, at most the
+/// excess of empty-SM busy time over the job's least busy rank.
+fn spun_for_peers(w: &WindowFigures) -> Option<f64> {
+    w.collective_wait
+        .zip(w.spin_excess)
+        .map(|(wait, excess)| wait.min(excess))
 }
 
 fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
@@ -46,6 +70,15 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
     // the wait is communication.
     let collective = rule
         .observed(Signal::MainThreadInCollective, w, Activity::Collective, t)
+        .unwrap_or(0.0);
+    // The same wait met at the next sync (NCCL returns at once), seen by the probes.
+    let spun = rule
+        .alternative(
+            Signal::SpunForPeers,
+            spun_for_peers(w),
+            t.lost_share_high,
+            high,
+        )
         .unwrap_or(0.0);
     let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
         // A link trained below its maximum while the GPU works (idle links drop on purpose):
@@ -68,7 +101,10 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let link = rule.scored(network::inter_node(w, t)).min(starving);
     rule.done(
         Kind::Communication,
-        gap.max(degraded_while_busy).max(collective).max(link),
+        gap.max(degraded_while_busy)
+            .max(collective)
+            .max(spun)
+            .max(link),
     )
 }
 

@@ -8,10 +8,10 @@
 //! crossing a saturated or slow link of the node while the GPU waits; with the CUDA probes, the
 //! host waiting in the driver while the process issues NCCL collectives (real PyTorch meets a
 //! collective at its next sync), bounded by how much longer the GPU was busy with empty SMs
-//! than its job's least busy rank. Observed, its cost is
-//! the idle time the main thread spent in collectives, plus the busy time its GPU spun in
-//! them: at most the time its SMs sat empty (a spinning collective leaves them so) and, beside
-//! peers whose stacks are seen, at most its excess over the least busy of them.
+//! than its job's least busy rank (`spun_for_peers`). Observed, its cost is the idle time the
+//! main thread spent in collectives, plus the busy time its GPU spun in them: at most the time
+//! its SMs sat empty (a spinning collective leaves them so) and, beside peers whose stacks are
+//! seen, at most its excess over the least busy of them.
 //!
 //! Near misses: a straggler's busy gap alone is the consequence of whatever slows it, so it
 //! yields to any other active kind; a rank held in a collective on the host (a barrier, gloo)

@@ -60,6 +60,7 @@ FAST = [
     "data_io_fuse_mount",
     "communication_hung_collective",
     "communication_ddp_hang",
+    "communication_ddp_straggler",
 ]
 
 

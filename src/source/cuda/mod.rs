@@ -164,12 +164,13 @@ fn refusal(error: &io::Error) -> String {
 pub struct CudaSource {
     procfs: PathBuf,
     setup: Result<(Arc<Maps>, UprobePmu), String>,
-    /// Per driver file (device, inode): its probes, or why it could not be probed.
+    /// Per probed file, driver or NCCL (device, inode): its probes, or why it could not be
+    /// probed.
     libraries: HashMap<(String, u64), Result<Library, String>>,
     /// The driver and NCCL files each GPU process maps, read from its maps once: a process
     /// NVML lists holds a context, so its driver is mapped by then, and NCCL with PyTorch (a
     /// rank's maps run to thousands of lines: not re-read every tick).
-    drivers_of: HashMap<u32, Vec<MappedLibrary>>,
+    libraries_of: HashMap<u32, Vec<MappedLibrary>>,
     /// The GPU processes mapping a probed driver, shared with [`WaitsNow`].
     probed: Arc<Mutex<HashSet<u32>>>,
     previous: Option<(Reading, Reading, Duration)>,
@@ -202,7 +203,7 @@ impl CudaSource {
             procfs,
             setup,
             libraries: HashMap::new(),
-            drivers_of: HashMap::new(),
+            libraries_of: HashMap::new(),
             probed: Arc::default(),
             previous: None,
             launch_windows: Arc::default(),
@@ -250,16 +251,16 @@ impl CudaSource {
     fn track_libraries(&mut self, pmu: UprobePmu, maps: &Maps, pids: &BTreeSet<u32>) {
         let mut mapped = HashSet::new();
         let mut probed = HashSet::new();
-        self.drivers_of.retain(|pid, _| pids.contains(pid));
+        self.libraries_of.retain(|pid, _| pids.contains(pid));
         for &pid in pids {
-            if !self.drivers_of.contains_key(&pid) {
+            if !self.libraries_of.contains_key(&pid) {
                 let Ok(text) = std::fs::read_to_string(self.procfs.join(format!("{pid}/maps")))
                 else {
                     continue; // exited, or no ptrace access: its process source says which
                 };
-                self.drivers_of.insert(pid, probed_libraries(&text));
+                self.libraries_of.insert(pid, probed_libraries(&text));
             }
-            for library in self.drivers_of[&pid].clone() {
+            for library in self.libraries_of[&pid].clone() {
                 let key = (library.device.clone(), library.inode);
                 if !self.libraries.contains_key(&key) {
                     let path = self

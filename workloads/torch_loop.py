@@ -28,7 +28,9 @@ random_loop draws them; how the loader delivers, as torch's DataLoader does: "na
 queue.Queue(2) in front of the loader; "off_main": the training function on a thread of its
 own while the main thread joins it (Ray Train); "ranks" processes on as many GPUs, meeting in
 NCCL (the stub libnccl.so.2), "ddp" wrapping the model in DistributedDataParallel (a bucketed
-all-reduce of "gradient_bytes" from the engine's thread during backward), "rank_specs" each
+all-reduce of "gradient_bytes" from the engine's thread during backward), "fsdp" in
+FullyShardedDataParallel (four units: all-gathers before each unit's forward on the main
+thread, all-gathers and reduce-scatters in backward on the engine's), "rank_specs" each
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
 that stops arriving after 5 s, a hang for the others).
 
@@ -67,6 +69,7 @@ DEFAULTS = {
     "off_main": False,
     "ranks": 1,
     "ddp": False,
+    "fsdp": False,
     "gradient_bytes": 100 << 20,
     "rank_specs": {},
     "stop_after": 0.0,
@@ -174,6 +177,8 @@ def train_rank(spec, args, rank=0, store=None):
     model = Model(torch, spec)
     if spec["ddp"]:
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
+    elif spec["fsdp"]:
+        model = torch.distributed.fsdp.FullyShardedDataParallel(model, parameter_bytes=spec["gradient_bytes"])
     images = common.images_for(spec["loader"], args.data, args.seconds, spec.get("latency", 0.02), spec.get("blur", 0.0))
     loader = common.Loader(
         images,

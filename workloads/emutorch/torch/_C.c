@@ -14,7 +14,9 @@
  *   dist.all_reduce(t), ...             ncclAllReduce (stub libnccl.so.2) on the current stream:
  *                                       returns at once, the kernel spins until every rank's
  *                                       has started; DDP's buckets are all-reduced from the
- *                                       engine's thread during backward
+ *                                       engine's thread during backward; FSDP's units
+ *                                       all-gathered before their forward (main thread) and
+ *                                       backward, reduce-scattered after it (engine's thread)
  *   loss.backward()                     torch/autograd/graph.py calls _run_backward: the
  *                                       engine's device thread pt_autograd_0 launches the
  *                                       backward kernels (running the hook the model gave, with
@@ -462,6 +464,10 @@ static struct {
     void *buffer; /* the device buffer every collective names (tensors hold no values) */
     int ddp_buckets;
     size_t ddp_bucket_bytes;
+    /* FSDP: units, and the bytes each all-gathers (its parameters) and reduce-scatters (its
+     * gradients). */
+    int fsdp_units;
+    size_t fsdp_bytes;
     /* Held while a collective is issued or the communicator aborted (the watchdog's thread
      * may abort it while the engine's issues one). */
     pthread_mutex_t lock;
@@ -594,6 +600,26 @@ static PyObject *ddp(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* _fsdp(units, unit_bytes): FullyShardedDataParallel's units: before each unit's forward
+ * kernels the main thread all-gathers its parameters; in backward the engine's thread
+ * all-gathers them again before the unit's kernels and reduce-scatters its gradients after
+ * (0 units: no FSDP). */
+static PyObject *fsdp(PyObject *module, PyObject *args) {
+    Py_ssize_t bytes;
+    if (!PyArg_ParseTuple(args, "in", &nccl.fsdp_units, &bytes))
+        return NULL;
+    nccl.fsdp_bytes = (size_t)bytes;
+    Py_RETURN_NONE;
+}
+
+/* Whether kernel k of n starts (or, `last`, ends) one of `units` equal units. */
+static int unit_edge(int k, int n, int units, int last) {
+    if (units <= 0 || n <= 0)
+        return 0;
+    int per_unit = (n + units - 1) / units;
+    return last ? ((k + 1) % per_unit == 0 || k + 1 == n) : k % per_unit == 0;
+}
+
 /* -- the autograd engine's device thread ---------------------------------------------------- */
 
 static struct {
@@ -617,7 +643,11 @@ static void *engine_thread(void *unused) {
 
         uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
         int failed = 0;
+        int units = nccl.world ? nccl.fsdp_units : 0;
         for (int k = 0; k < job->backward_kernels && !failed; k++) {
+            /* FSDP: the unit's parameters gathered again before its gradients are computed. */
+            if (unit_edge(k, job->backward_kernels, units, 0))
+                failed = nccl_collective(ALL_GATHER, nccl.fsdp_bytes) > 0;
             if (job->backward_hook) {
                 /* The model's Python for this node (a hook, a custom Function's backward),
                  * on this thread, as the engine runs it. */
@@ -638,6 +668,9 @@ static void *engine_thread(void *unused) {
             int per_bucket = buckets > 0 ? (job->backward_kernels + buckets - 1) / buckets : 0;
             if (per_bucket && ((k + 1) % per_bucket == 0 || k + 1 == job->backward_kernels))
                 failed = failed || nccl_collective(ALL_REDUCE, nccl.ddp_bucket_bytes) > 0;
+            /* FSDP: the unit's gradients reduce-scattered to their shards. */
+            if (unit_edge(k, job->backward_kernels, units, 1))
+                failed = failed || nccl_collective(REDUCE_SCATTER, nccl.fsdp_bytes) > 0;
         }
         pthread_mutex_lock(&engine.lock);
         engine.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
@@ -770,6 +803,25 @@ static PyObject *launch(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+/* The forward pass's `count` kernels, without the GIL; under FSDP each unit's parameters
+ * all-gathered on this thread before its kernels. */
+static int forward_kernels(KernelCost cost, Py_ssize_t count) {
+    int units = nccl.world ? nccl.fsdp_units : 0, code = 0, gathered = 0;
+    void *kernel_args[1] = {&cost};
+    Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < count && !code && gathered <= 0; k++) {
+        if (unit_edge((int)k, (int)count, units, 0))
+            gathered = nccl_collective(ALL_GATHER, nccl.fsdp_bytes);
+        if (gathered <= 0)
+            code = cuda.launch(NULL, grid, block, kernel_args, 0, NULL);
+    }
+    Py_END_ALLOW_THREADS
+    if (gathered > 0)
+        return nccl_check(gathered, "ncclAllGather");
+    return check(code, "cudaLaunchKernel");
+}
+
 /* _forward(x, seconds, sm=..., count=..., backward_seconds=..., backward_count=...,
  * backward_hook=None): the model's forward kernels on x's device, and the loss, which carries
  * the backward pass (kernels of backward_seconds each; the hook runs before each). */
@@ -809,13 +861,9 @@ static PyObject *forward(PyObject *module, PyObject *args, PyObject *kwargs) {
     }
     if (PyErr_Occurred())
         goto fail_hook;
-    PyObject *done = launch(module, rest, cost_kwargs);
-    if (!done)
-        goto fail_hook;
-    Py_DECREF(done);
     KernelCost cost;
     Py_ssize_t count;
-    if (parse_cost(rest, cost_kwargs, &cost, &count))
+    if (parse_cost(rest, cost_kwargs, &cost, &count) || forward_kernels(cost, count))
         goto fail_hook;
     Tensor *loss = new_tensor(tensor_class, ((Tensor *)x)->device, 4, 0);
     if (!loss)
@@ -873,6 +921,7 @@ static PyMethodDef module_methods[] = {
     {"_nccl_collective", nccl_collective_py, METH_VARARGS, NULL},
     {"_nccl_abort", nccl_abort, METH_NOARGS, NULL},
     {"_ddp", ddp, METH_VARARGS, NULL},
+    {"_fsdp", fsdp, METH_VARARGS, NULL},
     {NULL},
 };
 

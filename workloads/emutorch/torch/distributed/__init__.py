@@ -1,5 +1,5 @@
 """torch.distributed: the process group API the loops use, from distributed_c10d.py as in
-PyTorch."""
+PyTorch, and FSDP (torch.distributed.fsdp)."""
 
 from .distributed_c10d import (  # noqa: F401
     ReduceOp,
@@ -15,3 +15,5 @@ from .distributed_c10d import (  # noqa: F401
     is_initialized,
     reduce_scatter_tensor,
 )
+
+from . import fsdp  # noqa: E402, F401

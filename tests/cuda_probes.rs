@@ -62,14 +62,14 @@ fn probed(script: &str) -> Probed {
 
 #[test]
 fn launches_copies_and_driver_waits_are_counted_per_process() {
-    // A steady stream of launches for about 60 ms (so that the launch windows, 20 ms about every
-    // 2 s, find it launching), then a 50 ms kernel and loss.item() (it waits about 50 ms
-    // inside the driver, spinning), then 50 ms of host sleep: the main thread is inside the
-    // driver about a third of the time.
+    // A steady stream of launches for about 70 ms (so that the launch windows, 20 ms about every
+    // 2 s, find it launching more often than not), then a 50 ms kernel and loss.item() (it
+    // waits about 50 ms inside the driver, spinning): the main thread is inside the driver
+    // about 40 % of the time.
     let Probed { exporter, pid, .. } = &probed(
         "import time, emugpu\ngpu = emugpu.open_gpu(0)\n\
          while True:\n    for _ in range(100):\n        gpu.launch(0.0002)\n        time.sleep(0.0005)\n\
-         \x20   gpu.launch(0.05)\n    gpu.item()\n    time.sleep(0.05)\n",
+         \x20   gpu.launch(0.05)\n    gpu.item()\n",
     );
     let with = |kind: &'static str| [("pid", pid.as_str()), ("kind", kind)];
     if !may_probe() {
@@ -100,7 +100,6 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
     let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let page = exporter.metrics_when(|p| {
         value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n > 0.0)
-            && value(p, "gpu_process_cuda_driving_threads", &[("pid", pid)]) == Some(1.0)
             && value(p, "gpu_process_cuda_copies_total", &direction("to_host"))
                 .is_some_and(|n| n >= 20.0)
             && value(
@@ -157,10 +156,11 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         (0.15..=0.75).contains(&ratio),
         "main thread in the driver {ratio} of the time"
     );
-    assert_eq!(
-        value(&page, "gpu_process_cuda_driving_threads", &[("pid", pid)]),
-        Some(1.0)
-    );
+    // The thread that launched in the last window (it launches more than half the time: the
+    // next window or the one after finds it).
+    exporter.metrics_when(|p| {
+        value(p, "gpu_process_cuda_driving_threads", &[("pid", pid)]) == Some(1.0)
+    });
     // Its waits last 50 ms: whatever one the read found it in, it had not lasted a second.
     let ongoing = value(
         &page,

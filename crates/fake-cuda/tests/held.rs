@@ -134,3 +134,24 @@ fn a_word_that_cannot_be_read_is_refused() {
     let never = AtomicU64::new(0);
     assert_eq!(started(&never), Err(CuResult::NotReady));
 }
+
+#[test]
+fn a_spin_booked_past_its_end_is_cut_back_and_the_work_behind_it_follows_at_once() {
+    on_device(3, 0);
+    let f = function();
+    let word = AtomicU64::new(0);
+    assert_eq!(
+        launch(f, null_mut(), spinning_on(&word, 0.001)),
+        CuResult::Success
+    );
+    assert_eq!(launch(f, null_mut(), cost(0.005, 0.9)), CuResult::Success);
+    // The last peer came a moment after the launch: the spin, booked about 10 ms ahead, ends
+    // a millisecond after it, and the compute kernel starts right there, not at the booking.
+    let arrived = now_ns() + 1_000_000;
+    word.store(arrived, Ordering::Release);
+    assert_eq!(cuCtxSynchronize(), CuResult::Success);
+    let booked = kernels(3);
+    assert_eq!(booked.len(), 2, "{booked:?}");
+    assert_eq!(booked[0].end_ns, arrived + 1_000_000);
+    assert_eq!(booked[1].start_ns, booked[0].end_ns);
+}

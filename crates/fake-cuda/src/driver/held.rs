@@ -219,11 +219,14 @@ impl Driver {
         held.booked_until_ns = end;
         let stream = held.stream;
         ctx.pending.push_back(end);
-        ctx.last_end_ns = ctx.last_end_ns.max(end);
+        // Cut back: the queue ends where the spin now does (nothing of the held context was
+        // booked behind it); else it ends at the later of the two.
+        let moved = |last: u64| if last == after { end } else { last.max(end) };
+        ctx.last_end_ns = moved(ctx.last_end_ns);
         let released = length.is_some().then(|| ctx.held.take()).flatten();
         if let Some(s) = stream {
             let stream = self.stream_mut(s)?;
-            stream.last_end_ns = stream.last_end_ns.max(end);
+            stream.last_end_ns = moved(stream.last_end_ns);
         }
         if let Some(released) = released {
             // The kept work, in order; a kernel of it that holds the context again keeps the

@@ -5,21 +5,15 @@ in the all-gathers and reduce-scatters waiting for rank 1 while its host waits i
 loss.item(). Rank 0 is communication, rank 1 its own cause. The same reading as the DDP
 straggler, from collectives issued on two threads and met on the GPU before and after the
 forward. Written as PyTorch code (workloads/torch_loop.py) on the emulated torch."""
+import communication_ddp_straggler
 import torch_loop
 
 GPUS = 2
 EXPECT = {0: "communication", 1: "data_cpu"}
 # Rank 0's host waits in loss.item(): only the CUDA probes tie the wait to the collectives.
 SKIP = torch_loop.probes_unavailable
-SPEC = {
-    "ranks": 2,
-    "fsdp": True,
-    "sync": "item",
-    "loader": "light",
-    "workers": 2,
-    "step_seconds": 0.06,
-    "rank_specs": {"1": {"loader": "decode", "workers": 1, "blur": 2.0}},
-}
+# The DDP straggler's loop, under FSDP instead.
+SPEC = {**communication_ddp_straggler.SPEC, "ddp": False, "fsdp": True}
 
 if __name__ == "__main__":
     torch_loop.main(spec=SPEC)

@@ -6,6 +6,7 @@ At the run's end the process group's watchdog aborts it. Hung once the host has 
 CUDA driver for hang_after since it issued the all-reduce (the probes on libnccl and libcuda).
 Written as PyTorch code
 (workloads/torch_loop.py) on the emulated torch."""
+import communication_ddp_straggler
 import torch_loop
 
 GPUS = 2
@@ -16,15 +17,8 @@ SKIP = torch_loop.probes_unavailable
 EXPECT_DETAIL = {0: "all_reduce"}
 # The hang begins at 5 s; the verdict needs hang_after (10 s) and min_duration beyond it.
 MIN_SECONDS = 40
-SPEC = {
-    "ranks": 2,
-    "ddp": True,
-    "sync": "item",
-    "loader": "light",
-    "workers": 2,
-    "step_seconds": 0.06,
-    "rank_specs": {"1": {"stop_after": 5.0}},
-}
+# The DDP straggler's loop, rank 1 healthy until it stops arriving.
+SPEC = {**communication_ddp_straggler.SPEC, "rank_specs": {"1": {"stop_after": 5.0}}}
 
 if __name__ == "__main__":
     torch_loop.main(spec=SPEC)

@@ -492,13 +492,8 @@ fn a_rank_waiting_on_the_host_while_its_gpu_works_as_long_as_its_peers_is_not_co
 /// Rank `rank` of a DDP job as real PyTorch runs it: NCCL returns at once, so its host waits
 /// at the step's sync (`loss.item()`: a sync in the stacks, `wait` of the time, the CUDA
 /// probes timing it in the driver while the process issues all-reduces), Python otherwise.
-fn ddp_rank(rank: u32, busy: f64, sm: f64, wait: f64) -> GpuObservation {
-    let mut o = healthy(&format!("GPU-{rank}"));
-    o.index = rank;
-    o.ranks = Some("launcher:100".into());
-    o.busy = Some(busy);
-    o.idle_share = Some(1.0 - busy);
-    o.sm_activity = Some(sm);
+fn ddp_rank(number: u32, busy: f64, sm: f64, wait: f64) -> GpuObservation {
+    let mut o = rank(number, busy, sm, 0.0);
     o.stacks = seen(200, [0.0, wait, 0.0, 1.0 - wait, 0.0]);
     o.collective_wait = Some(wait);
     o

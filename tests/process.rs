@@ -568,6 +568,7 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
     let before = cpu_ticks();
     let started = Instant::now();
     let mut reports: Vec<(f64, f64)> = Vec::new();
+    let mut busiest: Vec<f64> = Vec::new();
     while started.elapsed() < Duration::from_secs(2) {
         std::thread::sleep(Duration::from_millis(100));
         let page = exporter.metrics();
@@ -577,6 +578,7 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
                 tick,
                 value(&page, "gpu_process_workers_cpu_cores", &labels).unwrap(),
             ));
+            busiest.push(value(&page, "gpu_process_workers_max_cpu_ratio", &labels).unwrap());
         }
     }
     let measured = (cpu_ticks() - before) as f64 / 100.0 / started.elapsed().as_secs_f64();
@@ -586,9 +588,11 @@ fn a_live_process_tree_agrees_with_proc_and_ps() {
         (reported - measured).abs() <= 0.35,
         "exporter {reported} vs /proc {measured}"
     );
+    // The busiest worker over those ticks (one tick of a loaded machine can leave each of the
+    // spinning workers under a fifth of a core; a clean-clone run saw 0.195).
+    let max = busiest.iter().copied().fold(0.0, f64::max);
+    assert!((0.2..=1.0).contains(&max), "busiest worker {busiest:?}");
     let page = exporter.metrics();
-    let max = value(&page, "gpu_process_workers_max_cpu_ratio", &labels).unwrap();
-    assert!((0.2..=1.0).contains(&max), "busiest worker {max}");
     // The parent itself only waits.
     assert!(value(&page, "gpu_process_cpu_cores", &labels).unwrap() < 0.1);
 }

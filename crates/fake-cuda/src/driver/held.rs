@@ -37,7 +37,9 @@ pub(super) struct Held {
     stream: Option<Handle>,
     /// The spin is booked on the timeline up to here.
     booked_until_ns: u64,
-    later: Vec<Later>,
+    /// The kept work, each with the moment it was queued: the device runs it from the
+    /// spin's end (or its queueing, if later), however late the hold is looked at.
+    later: Vec<(u64, Later)>,
 }
 
 impl Held {
@@ -45,15 +47,15 @@ impl Held {
     pub(super) fn kept_kernels(&self) -> usize {
         self.later
             .iter()
-            .map(|l| match l {
+            .map(|(_, l)| match l {
                 Later::Launch(_, kernels) => kernels.len(),
                 _ => 0,
             })
             .sum()
     }
 
-    pub(super) fn keep(&mut self, later: Later) {
-        self.later.push(later);
+    pub(super) fn keep(&mut self, now: u64, later: Later) {
+        self.later.push((now, later));
     }
 }
 
@@ -98,12 +100,13 @@ fn shares_of(kernel: &KernelCost) -> Shares {
 }
 
 impl Driver {
-    /// Books `kernels` on `stream` in order, without the launch queue's limit; a kernel that
-    /// waits on an unwritten word holds the context, and the rest are kept behind it. Work
-    /// queued while the context is held is kept. Returns the end of the last booked kernel,
-    /// or [`HELD`].
+    /// Books `kernels`, launched at `now`, on `stream` in order, without the launch queue's
+    /// limit; a kernel that waits on an unwritten word holds the context, and the rest are
+    /// kept behind it. Work queued while the context is held is kept. Returns the end of the
+    /// last booked kernel, or [`HELD`].
     pub(super) fn enqueue(
         &mut self,
+        now: u64,
         context: Handle,
         stream: Option<Handle>,
         kernels: &[KernelCost],
@@ -113,10 +116,9 @@ impl Driver {
             Some(s) => self.stream(s)?.last_end_ns,
             None => 0,
         };
-        let now = wait::now_ns();
         let ctx = self.context_mut(context)?;
         if let Some(held) = ctx.held.as_mut() {
-            held.keep(Later::Launch(stream, kernels.to_vec()));
+            held.keep(now, Later::Launch(stream, kernels.to_vec()));
             return Ok(HELD);
         }
         if stream.is_none() {
@@ -145,7 +147,7 @@ impl Driver {
                     later: if rest.is_empty() {
                         Vec::new()
                     } else {
-                        vec![Later::Launch(stream, rest.to_vec())]
+                        vec![(now, Later::Launch(stream, rest.to_vec()))]
                     },
                 });
                 break;
@@ -231,14 +233,16 @@ impl Driver {
         if let Some(released) = released {
             // The kept work, in order; a kernel of it that holds the context again keeps the
             // rest behind it (each operation keeps itself while the context is held).
-            for later in released.later {
+            for (queued, later) in released.later {
                 let _ = match later {
                     Later::Launch(stream, kernels) => {
-                        self.enqueue(context, stream, &kernels).map(drop)
+                        self.enqueue(queued, context, stream, &kernels).map(drop)
                     }
-                    Later::Record(event, stream) => self.record_event(context, event, stream),
+                    Later::Record(event, stream) => {
+                        self.record_event_at(queued, context, event, stream)
+                    }
                     Later::Copy(stream, copy, bytes, pinned) => self
-                        .queue_copy(context, stream, copy, bytes, pinned)
+                        .queue_copy_at(queued, context, stream, copy, bytes, pinned)
                         .map(drop),
                     Later::WaitEvent(stream, event) => {
                         self.stream_wait_event(context, stream, event)

@@ -89,6 +89,19 @@ impl Driver {
         bytes: u64,
         pinned: bool,
     ) -> Result<u64, CuResult> {
+        self.queue_copy_at(wait::now_ns(), context, stream, copy, bytes, pinned)
+    }
+
+    /// [`Driver::queue_copy`] of a copy queued at `now`.
+    pub(super) fn queue_copy_at(
+        &mut self,
+        now: u64,
+        context: Handle,
+        stream: Option<Handle>,
+        copy: Copy,
+        bytes: u64,
+        pinned: bool,
+    ) -> Result<u64, CuResult> {
         let rate = match (copy, pinned) {
             (Copy::DeviceToDevice, _) => DEVICE_BYTES_PER_S,
             (_, true) => PINNED_BYTES_PER_S,
@@ -98,10 +111,9 @@ impl Driver {
         if self.is_capturing(stream)? {
             return Err(CuResult::StreamCaptureUnsupported);
         }
-        let now = wait::now_ns();
         let ctx = self.context_mut(context)?;
         if let Some(held) = ctx.held.as_mut() {
-            held.keep(Later::Copy(stream, copy, bytes, pinned));
+            held.keep(now, Later::Copy(stream, copy, bytes, pinned));
             return Ok(HELD);
         }
         let after = match stream {

@@ -96,9 +96,20 @@ impl Driver {
         event: Handle,
         stream: Option<Handle>,
     ) -> Result<(), CuResult> {
+        self.record_event_at(wait::now_ns(), context, event, stream)
+    }
+
+    /// [`Driver::record_event`] of a record queued at `now`.
+    pub(super) fn record_event_at(
+        &mut self,
+        now: u64,
+        context: Handle,
+        event: Handle,
+        stream: Option<Handle>,
+    ) -> Result<(), CuResult> {
         let ctx = self.context_mut(context)?;
         let at = if let Some(held) = ctx.held.as_mut() {
-            held.keep(Later::Record(event, stream));
+            held.keep(now, Later::Record(event, stream));
             HELD
         } else {
             match stream {
@@ -107,7 +118,7 @@ impl Driver {
             }
         };
         let event = self.events.get_mut(event).and_then(Option::as_mut);
-        event.ok_or(CuResult::InvalidHandle)?.at_ns = Some(at.max(wait::now_ns()));
+        event.ok_or(CuResult::InvalidHandle)?.at_ns = Some(at.max(now));
         Ok(())
     }
 
@@ -127,7 +138,7 @@ impl Driver {
     ) -> Result<(), CuResult> {
         let at = self.event_point(event)?;
         if let Some(held) = self.context_mut(context)?.held.as_mut() {
-            held.keep(Later::WaitEvent(stream, event));
+            held.keep(wait::now_ns(), Later::WaitEvent(stream, event));
             return Ok(());
         }
         if let (Some(s), false) = (stream, at == HELD) {
@@ -265,7 +276,7 @@ impl Driver {
         if !kernels.iter().all(held::valid_word) {
             return Err(Err(CuResult::InvalidValue));
         }
-        let end = self.enqueue(context, stream, kernels).map_err(Err)?;
+        let end = self.enqueue(now, context, stream, kernels).map_err(Err)?;
         Ok(Some(end))
     }
 }

@@ -154,6 +154,33 @@ pub fn any_bottleneck(verdicts: &[GpuVerdict]) -> bool {
 }
 
 /// "in all_reduce at /job/train.py:97 for 3 min 20 s, the GPU spinning busy".
+/// The loop's step and how far behind it is, as people read it: `step 0.42 s (best 0.35 s:
+/// 17 % behind; costs its node's other ranks 40 % of their step)`.
+fn step_summary(v: &GpuVerdict) -> Option<String> {
+    let step = v.figures.step?;
+    let mut out = format!(
+        "step {:.3} s (best {:.3} s",
+        step.seconds, step.best_seconds
+    );
+    let behind = step.behind_best();
+    if behind >= 0.01 {
+        let _ = write!(out, ": {:.0} % behind its best", 100.0 * behind);
+    }
+    match v.behind_ranks {
+        Some(cost) if cost >= 0.01 => {
+            let _ = write!(
+                out,
+                "; the straggler of its ranks on this node, costing them {:.0} % of their step",
+                100.0 * cost
+            );
+        }
+        Some(_) => out.push_str("; keeps pace with its ranks on this node"),
+        None => {}
+    }
+    out.push(')');
+    Some(out)
+}
+
 fn hang_summary(hang: &crate::analysis::Hang) -> String {
     let seconds = hang.seconds.round() as u64;
     let frame = if hang.frame.is_empty() {
@@ -231,6 +258,15 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
             if let Some(stacks) = &v.figures.stacks {
                 gpu["main_thread"] = stacks_json(stacks);
             }
+            if let Some(step) = v.figures.step {
+                gpu["step"] = json!({
+                    "seconds": step.seconds,
+                    "best_seconds": step.best_seconds,
+                    "behind_best": step.behind_best(),
+                    "behind_node_ranks": v.behind_ranks,
+                    "summary": step_summary(v),
+                });
+            }
             gpu
         })
         .collect();
@@ -265,6 +301,9 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
         };
         let _ = writeln!(out, "GPU {} {}: {headline}", v.index, v.uuid);
         let _ = writeln!(out, "  {}", explanation(v));
+        if let Some(step) = step_summary(v) {
+            let _ = writeln!(out, "  Loop: {step}");
+        }
         if let Some(lost) = &v.lost {
             let _ = writeln!(out, "  Lost time: {}", lost_time_summary(lost));
             for reason in &lost.reasons {

@@ -229,12 +229,22 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
         ),
         Some(0.0)
     );
+    // Its step, from the cadence of its all-reduces and syncs: 50 ms of sleep and the
+    // collective's few hundred microseconds.
+    let labels = [("pid", pid.as_str())];
+    let page = exporter.metrics_when(|p| value(p, "gpu_process_step_seconds", &labels).is_some());
+    let step = value(&page, "gpu_process_step_seconds", &labels).unwrap();
+    assert!((0.05..0.08).contains(&step), "step {step} s");
+    let best = value(&page, "gpu_process_step_best_seconds", &labels).unwrap();
+    assert!(best <= step + 1e-9, "best {best} s, step {step} s");
+    let own = [("against", "own_best")];
+    assert!(value(&page, "gpu_straggler_score_ratio", &own).is_some_and(|s| s < 0.3));
 }
 
 #[test]
 fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
     use gpu_bottleneck_exporter::snapshot::{
-        CudaThread, CudaTotals, GpuDevice, GpuProcess, GpuSnapshot, ProcessCuda, Snapshot,
+        CudaThread, CudaTotals, GpuDevice, GpuProcess, GpuSnapshot, ProcessCuda, Snapshot, Step,
     };
     let snapshot = Snapshot {
         gpu: Some(GpuSnapshot {
@@ -285,6 +295,10 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 },
             ],
             waiting_seconds: Some(1.5),
+            step: Some(Step {
+                seconds: 0.42,
+                best_seconds: 0.35,
+            }),
             ..ProcessCuda::default()
         }],
         ..Snapshot::default()

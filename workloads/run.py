@@ -268,6 +268,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     history = {gpu: [] for gpu in expected}
     last = {}
     truths = {}
+    steps = {}
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -306,6 +307,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
                     timeline = os.path.join(timelines, f"gpu{gpu}.timeline")
                     if os.path.exists(timeline):
                         truths[gpu] = truth.split(timeline, timelines, *window, hogs=cpu_hogs)
+                        # The exporter's step is the mean of its last minute.
+                        minute = (read_at - 60_000_000_000, read_at)
+                        steps[gpu] = truth.step_seconds(timeline, timelines, *minute)
         finally:
             stop(workload)
     finally:
@@ -333,6 +337,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
                 mae=sum(errors) / len(errors),
                 worst_error=max(zip(errors, truth.CAUSES)),
             )
+        measured_step = last.get(gpu, {}).get("step", {}).get("seconds")
+        if steps.get(gpu) and measured_step:
+            row.update(step=measured_step, truth_step=steps[gpu])
         # What the verdict must name (a mount, the job's ingress), in its evidence or reasons.
         detail = getattr(module, "EXPECT_DETAIL", {}).get(gpu)
         named = detail is None or (gpu in last and detail in json.dumps(last[gpu]))
@@ -411,6 +418,15 @@ def summary(rows):
         lines.append(
             f"  worst: {r['workload']} GPU {r['gpu']}: MAE {r['mae']:.3f}, {cause} off by {error:.2f} "
             f"(exporter {r['primary']}, truth {r['truth']})"
+        )
+    timed = [r for r in rows if "truth_step" in r]
+    if timed:
+        errors = sorted((abs(r["step"] / r["truth_step"] - 1), r) for r in timed)
+        error, r = errors[-1]
+        lines.append(
+            f"step time against the loops' own (mean of the last minute): {len(timed)} runs, "
+            f"median error {100 * errors[len(errors) // 2][0]:.1f} %, worst {100 * error:.1f} % "
+            f"({r['workload']} GPU {r['gpu']}: {r['step']:.3f} s, truth {r['truth_step']:.3f} s)"
         )
     # A workload sized for another machine may not produce the bottleneck it is named for:
     # then a wrong verdict is the workload's failure, not (only) the exporter's.

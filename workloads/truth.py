@@ -92,6 +92,17 @@ def records(directory):
     return found
 
 
+def step_seconds(timeline, directory, start_ns, end_ns):
+    """The main process's mean step over [start_ns, end_ns): the time between the starts of
+    its batch fetches (one a step in the loops that record them), None with fewer than four."""
+    main = main_pid(timeline)
+    entries = records(directory).get(main, (None, []))[1]
+    starts = sorted(s for s, _, what, _ in entries if what == common.LOADER and start_ns <= s < end_ns)
+    if len(starts) < 4:
+        return None
+    return (starts[-1] - starts[0]) / (len(starts) - 1) / 1e9
+
+
 def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
     """Shares of the window [start_ns, end_ns) per cause, and the busy fraction."""
     bins = max(1, (end_ns - start_ns) // BIN_NS)

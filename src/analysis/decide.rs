@@ -96,6 +96,7 @@ pub fn decide(
         figures,
         lost,
         hang,
+        behind_ranks: None,
     }
 }
 

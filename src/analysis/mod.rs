@@ -15,6 +15,7 @@
 //! | judge | [`judge`] | each kind's score against the split: observed or inferred |
 //! | latch, hang | [`latch`], [`hang`] | hysteresis; a collective that never ends |
 //! | decide | [`decide`] | the primary verdict |
+//! | stragglers | [`peers::behind_ranks`] | each rank's cost to its group, from the splits |
 //!
 //! Helpers: [`score`] (the 0..1 scales), [`text`] (figures as people read them),
 //! [`network`] (the network's evidence), [`advice`] (what a verdict means, what to do).
@@ -103,7 +104,7 @@ impl Analyzer {
         };
         peers::job_gaps(&key(|o| &o.job), &mut windows);
         peers::collective_caps(&key(|o| &o.ranks), &mut windows, t);
-        let verdicts: Vec<GpuVerdict> = observations
+        let mut verdicts: Vec<GpuVerdict> = observations
             .iter()
             .zip(windows)
             .map(|(now, w)| {
@@ -111,6 +112,7 @@ impl Analyzer {
                 decide(state, now, w, (at, horizon), t)
             })
             .collect();
+        peers::behind_ranks(&key(|o| &o.ranks), &mut verdicts);
         self.gpus
             .retain(|uuid, _| verdicts.iter().any(|v| &v.uuid == uuid));
         verdicts

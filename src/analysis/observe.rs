@@ -110,6 +110,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 driver_wait: main
                     .and_then(|p| cuda.get(&p.pid))
                     .and_then(|c| c.driver_wait()),
+                step: main.and_then(|p| cuda.get(&p.pid)).and_then(|c| c.step),
                 collective_wait: main
                     .and_then(|p| cuda.get(&p.pid))
                     .map(|c| c.collective_wait_ratio()),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::attribute::{lost_time, main_work_share};
-use super::{Basis, WindowFigures};
+use super::{Basis, Cause, GpuVerdict, Kind, WindowFigures};
 use crate::config::Thresholds;
 
 /// The positions of the GPUs that share a key, for every key at least two GPUs share.
@@ -89,6 +89,32 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let least_busy = known.iter().map(|k| k.0).fold(f64::MAX, f64::min);
     for (&i, (busy, empty)) in members.iter().zip(known) {
         windows[i].spin_excess = Some((busy - least_busy).min(empty).max(0.0));
+    }
+}
+
+/// Each rank of a group (`ranks`, one per verdict) whose lost time is split gets the share of
+/// the group's step it costs: ranks step together, so each waits for the slowest in its
+/// collectives, and what a rank does not spend waiting is its own work. Against the rank
+/// whose own work is least (the one that waits the most), a rank's score is
+/// `1 - least_own / own`: 0 for ranks at the group's pace, the share of the step the others
+/// spend waiting for it for a straggler (NVIDIA's resiliency extension scores ranks the same
+/// way against the fastest, from section timings inside the job). Ranks on other nodes are
+/// compared by the fleet rules from the same splits.
+pub fn behind_ranks(ranks: &[Option<&str>], verdicts: &mut [GpuVerdict]) {
+    for members in groups(ranks) {
+        let own: Option<Vec<f64>> = members
+            .iter()
+            .map(|&i| {
+                let lost = verdicts[i].lost.as_ref()?;
+                Some(1.0 - lost.share(Cause::Kind(Kind::Communication)))
+            })
+            .collect();
+        let Some(own) = own else { continue };
+        let least = own.iter().copied().fold(f64::MAX, f64::min);
+        for (&i, own) in members.iter().zip(own) {
+            let behind = if own > 0.0 { 1.0 - least / own } else { 0.0 };
+            verdicts[i].behind_ranks = Some(behind.clamp(0.0, 1.0));
+        }
     }
 }
 

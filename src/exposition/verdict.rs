@@ -17,6 +17,7 @@ pub(super) fn verdict_families(
     let mut primary = Family::new(&PRIMARY);
     let mut lost_time = Family::new(&LOST_TIME);
     let mut hang = Family::new(&HANG);
+    let mut straggler = Family::new(&STRAGGLER);
     for verdict in verdicts {
         let index = verdict.index.to_string();
         let device = gpus.and_then(|g| g.devices.iter().find(|d| d.uuid == verdict.uuid));
@@ -32,6 +33,12 @@ pub(super) fn verdict_families(
             }
         }
         hang.add(&base, verdict.hang.as_ref().map_or(0.0, |h| h.seconds));
+        if let Some(step) = verdict.figures.step {
+            straggler.add(&with("own_best"), step.behind_best());
+        }
+        if let Some(behind) = verdict.behind_ranks {
+            straggler.add(&with("node_ranks"), behind);
+        }
         let basis = verdict.basis().name();
         primary.add(
             &[
@@ -60,5 +67,5 @@ pub(super) fn verdict_families(
             }
         }
     }
-    out.extend([active, score, unknown, primary, lost_time, hang]);
+    out.extend([active, score, unknown, primary, lost_time, hang, straggler]);
 }

@@ -122,6 +122,30 @@ pub struct ProcessCuda {
     /// The last NCCL collective it issued, and how many seconds before the read (`None`:
     /// none since its probes were attached).
     pub last_collective: Option<(Collective, f64)>,
+    /// Its loop's step, from the cadence of its syncs, copies and collectives (`None`: no
+    /// repeating step found yet).
+    pub step: Option<Step>,
+}
+
+/// A GPU process's training step, timed from outside (source::cuda::cadence).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// The mean step of the last window, in seconds; the step in progress instead, once it
+    /// has lasted longer (a stalled or hung loop's grows).
+    pub seconds: f64,
+    /// The shortest mean step of any window of the process so far: its own best pace.
+    pub best_seconds: f64,
+}
+
+impl Step {
+    /// Share of its step the process loses against its own best pace: 0 at its best, 0.5
+    /// when a step takes twice as long.
+    pub fn behind_best(&self) -> f64 {
+        if self.seconds <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.best_seconds / self.seconds).clamp(0.0, 1.0)
+    }
 }
 
 impl ProcessCuda {

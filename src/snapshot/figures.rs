@@ -6,6 +6,7 @@
 
 use super::{
     Activity, AsleepWorkers, Culprits, DriverWait, LinkLoad, MountLoad, ProcessStacks, Sharing,
+    Step,
 };
 
 /// Declares the signals: `tick` fields exist per tick only, each `signals` line per tick and
@@ -123,6 +124,9 @@ figures! {
         /// The node's busiest processes outside the GPU process trees (`None` while not
         /// looked for; over the window: as last found).
         culprits: Option<Culprits> => latest -> Option<Culprits>,
+        /// The main GPU process's training step, timed from the cadence of its calls into CUDA
+        /// and NCCL (`None`: unprobed, or no repeating step found).
+        step: Option<Step> => last -> Option<Step>,
         /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
         /// driver while it issued NCCL collectives (`None`: no CUDA probes on it).
         collective_wait: Option<f64> => mean -> Option<f64>,

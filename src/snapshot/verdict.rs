@@ -380,6 +380,9 @@ pub struct GpuVerdict {
     /// while it is not: every recent stack sample in that collective, the GPU above
     /// `gpu_busy_above`).
     pub hang: Option<Hang>,
+    /// Share of its job's step this GPU's rank costs against the fastest rank of its group on
+    /// this node (0 for that rank; `None` alone, or while a rank's split is unknown).
+    pub behind_ranks: Option<f64>,
 }
 
 /// A main thread sitting in one collective while its GPU spins.

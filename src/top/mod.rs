@@ -37,6 +37,10 @@ pub struct Row {
     pub pod: String,
     /// The main thread's most seen frame, where stacks are read.
     pub frame: String,
+    /// The loop's step in seconds, and the share of it the GPU's rank costs its ranks on the
+    /// node (where measured).
+    pub step: Option<f64>,
+    pub behind_ranks: Option<f64>,
 }
 
 impl Row {
@@ -114,6 +118,8 @@ pub fn rows(diagnosis: &Value) -> Vec<Row> {
                 process: text(&figures["process"]),
                 pod: text(&figures["pod"]),
                 frame,
+                step: g["step"]["seconds"].as_f64(),
+                behind_ranks: g["step"]["behind_node_ranks"].as_f64(),
             }
         })
         .collect()
@@ -174,6 +180,20 @@ pub fn lost_text(row: &Row) -> String {
         .join(" ")
 }
 
+/// The step as shown: `0.31s`, with `!` when the rank costs its node's other ranks 10 % or
+/// more of their step (the straggler).
+pub fn step_text(row: &Row) -> String {
+    let Some(step) = row.step else {
+        return "-".into();
+    };
+    let straggler = if row.behind_ranks.is_some_and(|b| b >= 0.1) {
+        "!"
+    } else {
+        ""
+    };
+    format!("{step:.2}s{straggler}")
+}
+
 /// The verdict as shown: `data_io 1.00 observed`.
 pub fn verdict_text(row: &Row) -> String {
     match row.score {
@@ -185,8 +205,8 @@ pub fn verdict_text(row: &Row) -> String {
 /// The plain table printed on every refresh when stdout is not a terminal.
 pub fn plain_table(rows: &[Row]) -> String {
     let mut out = format!(
-        "{:>3}  {:>5}  {:>5}  {:>5}  {:<34}  {:<40}  {}\n",
-        "GPU", "BUSY", "SM", "MEM", "VERDICT", "LOST TIME", "PROCESS / POD / FRAME"
+        "{:>3}  {:>5}  {:>5}  {:>5}  {:>7}  {:<34}  {:<40}  {}\n",
+        "GPU", "BUSY", "SM", "MEM", "STEP", "VERDICT", "LOST TIME", "PROCESS / POD / FRAME"
     );
     for row in rows {
         let who = [row.process.as_str(), row.pod.as_str(), row.frame.as_str()]
@@ -195,11 +215,12 @@ pub fn plain_table(rows: &[Row]) -> String {
             .collect::<Vec<_>>()
             .join("  ");
         out += &format!(
-            "{:>3}  {:>5}  {:>5}  {:>5}  {:<34}  {:<40}  {}\n",
+            "{:>3}  {:>5}  {:>5}  {:>5}  {:>7}  {:<34}  {:<40}  {}\n",
             row.gpu,
             percent(row.busy),
             percent(row.sm_activity),
             percent(row.memory_used),
+            step_text(row),
             verdict_text(row),
             lost_text(row),
             who
@@ -258,6 +279,7 @@ mod tests {
                  {"input": "main_thread_waits_for_loader", "value": 0.7, "strength": 1.0,
                   "detail": "train at /w/train.py:61, 70 % of the samples"}]}],
              "lost_time": {"causes": {"data_io": 0.41, "host_bound": 0.1, "unexplained": 0.03, "busy_none": 0.0}},
+             "step": {"seconds": 0.4123, "best_seconds": 0.2, "behind_node_ranks": 0.38},
              "main_thread": {"top_frames": [{"function": "train", "location": "/w/train.py:61"}]}}
         ]})
     }
@@ -278,6 +300,10 @@ mod tests {
         let table = plain_table(&rows);
         assert!(table.contains("pid 10 (python3)  vision/train-0  train at /w/train.py:61"));
         assert!(table.lines().nth(2).unwrap().contains(" 35%"));
+        // The straggler's step is marked; a GPU without a step found shows none.
+        assert_eq!(step_text(starved), "0.41s!");
+        assert_eq!(step_text(&rows[0]), "-");
+        assert!(table.lines().nth(2).unwrap().contains("0.41s!"));
     }
 
     #[test]

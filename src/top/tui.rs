@@ -14,7 +14,7 @@ use ratatui::Frame;
 use serde_json::Value;
 
 use super::fetch::{Source, REFRESH};
-use super::{lost_text, rows, verdict_text, Order, Row};
+use super::{lost_text, rows, step_text, verdict_text, Order, Row};
 use crate::snapshot::{Cause, Kind};
 
 /// Each cause's colour in the lost-time bar, by its label (the view reads the diagnosis
@@ -122,6 +122,9 @@ impl View {
         if let Some(hang) = g.get("hang") {
             lines.push(Line::from(format!("Hang: {}", text(&hang["summary"]))));
         }
+        if let Some(step) = g.get("step") {
+            lines.push(Line::from(format!("Loop: {}", text(&step["summary"]))));
+        }
         lines.push(Line::from(format!("Evidence: {}", row.evidence)));
         for (who, value) in [
             ("Process", &row.process),
@@ -187,6 +190,7 @@ impl View {
                     Cell::from(percent(r.busy)),
                     Cell::from(percent(r.sm_activity)),
                     Cell::from(percent(r.memory_used)),
+                    Cell::from(step_text(r)),
                     Cell::from(verdict_text(r)),
                     Cell::from(bar(r, bar_width)),
                     Cell::from(r.evidence.clone()),
@@ -201,6 +205,7 @@ impl View {
                 Constraint::Length(5),
                 Constraint::Length(5),
                 Constraint::Length(5),
+                Constraint::Length(7),
                 Constraint::Length(30),
                 Constraint::Length(bar_width as u16 + 40),
                 Constraint::Percentage(40),
@@ -213,6 +218,7 @@ impl View {
                 "BUSY",
                 "SM",
                 "MEM",
+                "STEP",
                 "VERDICT",
                 "LOST TIME",
                 "EVIDENCE",

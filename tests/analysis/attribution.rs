@@ -527,12 +527,21 @@ fn a_ddp_rank_waiting_at_its_sync_while_its_gpu_spins_for_a_late_peer_is_communi
         waiting.lost
     );
     assert!(share(late, Kind::Communication) < 0.02, "{:?}", late.lost);
+    // The late rank costs the group the share of the step the other spends waiting for it;
+    // the waiting rank costs nothing.
+    let behind = late.behind_ranks.unwrap();
+    assert!(
+        (behind - communication).abs() < 0.03,
+        "{behind} vs {communication}"
+    );
+    assert_eq!(waiting.behind_ranks, Some(0.0));
     // Balanced ranks of small kernels, each host waiting 60 % of the time for its own GPU:
     // kernel efficiency, not communication.
     let balanced = run_many(40, |_| {
         vec![ddp_rank(0, 0.98, 0.3, 0.6), ddp_rank(1, 0.97, 0.3, 0.6)]
     });
     assert!(share(&balanced[0], Kind::Communication) < 0.03);
+    assert!(balanced.iter().all(|v| v.behind_ranks.unwrap() < 0.03));
     assert_eq!(
         balanced[0].primary,
         Primary::Bottleneck(Kind::KernelEfficiency)

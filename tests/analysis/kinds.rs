@@ -9,7 +9,7 @@ use crate::common::scenario::{
 use gpu_bottleneck_exporter::analysis::GpuObservation;
 use gpu_bottleneck_exporter::analysis::{Analyzer, Kind, Primary};
 use gpu_bottleneck_exporter::config::Thresholds;
-use gpu_bottleneck_exporter::snapshot::{Activity, Culprits, NodeProcess, Snapshot};
+use gpu_bottleneck_exporter::snapshot::{Activity, Culprits, NodeProcess, Snapshot, Step};
 
 #[test]
 fn a_healthy_saturated_gpu_is_busy() {
@@ -689,10 +689,22 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
                 busy: Some(0.3),
                 idle_share: Some(0.6),
                 disk_util: Some(0.98),
+                ranks: Some("job".into()),
+                step: Some(Step {
+                    seconds: 0.6,
+                    best_seconds: 0.3,
+                }),
                 ..healthy("GPU-starving")
             },
+            // Two ranks of one job, their steps timed: the busy one at its best pace, the
+            // starving one at half its best pace.
             GpuObservation {
                 index: 1,
+                ranks: Some("job".into()),
+                step: Some(Step {
+                    seconds: 0.3,
+                    best_seconds: 0.3,
+                }),
                 ..healthy("GPU-busy")
             },
             GpuObservation {
@@ -733,6 +745,17 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
         .samples
         .len();
     assert_eq!(series, 4 * Kind::ALL.len(), "every kind for every GPU");
+    let straggler = |gpu: &str, against: &str| {
+        value(
+            &f,
+            "gpu_straggler_score_ratio",
+            &[("gpu", gpu), ("against", against)],
+        )
+    };
+    assert_eq!(straggler("0", "own_best"), Some(0.5));
+    assert_eq!(straggler("1", "own_best"), Some(0.0));
+    assert!(straggler("0", "node_ranks").is_some());
+    assert_eq!(straggler("2", "own_best"), None);
     let unknown = |kind: &str| {
         value(
             &f,

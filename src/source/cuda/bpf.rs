@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-const BPF_MAP_CREATE: libc::c_int = 0;
+pub(super) const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_int = 4;
@@ -23,7 +23,7 @@ const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 
-fn bpf(command: libc::c_int, attr: &mut [u64]) -> io::Result<libc::c_long> {
+pub(super) fn bpf(command: libc::c_int, attr: &mut [u64]) -> io::Result<libc::c_long> {
     // SAFETY: `attr` is a zero-padded bpf_attr of the size passed.
     let result = unsafe {
         libc::syscall(
@@ -135,6 +135,7 @@ pub const MAP_UPDATE_ELEM: i32 = 2;
 pub const MAP_DELETE_ELEM: i32 = 3;
 pub const KTIME_GET_NS: i32 = 5;
 pub const GET_CURRENT_PID_TGID: i32 = 14;
+pub const RINGBUF_OUTPUT: i32 = 130;
 /// map_update_elem flags.
 pub const ANY: i32 = 0;
 pub const NOEXIST: i32 = 1;

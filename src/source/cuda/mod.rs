@@ -6,7 +6,9 @@
 //! Python frame names: `.item()`, `bool(t)`, `.to("cuda")` from pageable memory and every
 //! other implicit sync end there. A thread inside a wait now is what [`WaitsNow`] tells the
 //! stack sampler. On NCCL (`libnccl.so*`, mapped beside the driver by PyTorch): collectives
-//! issued and their bytes, by operation — enqueued, since NCCL returns at once.
+//! issued and their bytes, by operation — enqueued, since NCCL returns at once. Every call but
+//! a kernel launch also leaves a mark (when, which entry point) in a BPF ring buffer: the
+//! loop's step is the period of those marks (`cadence.rs`).
 //!
 //! Mechanism (docs/development.md): small BPF programs assembled in `programs.rs`, attached to
 //! the uprobe PMU with `perf_event_open` — no BPF toolchain at build time, nothing injected into
@@ -19,11 +21,13 @@
 //! launch-heavy loop is slowed at most 1 %. Counting is in kernel maps; only waits are timed.
 
 pub mod bpf;
+mod cadence;
 pub mod elf;
 mod libraries;
 mod probes;
 pub mod programs;
 mod readings;
+mod ring;
 mod windows;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -33,11 +37,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::bpf::{Attached, Map, Program, UprobePmu};
+use self::cadence::{Call, Steps};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
 use self::probes::{Counted, PROBES};
 use self::programs::Measured;
 use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
+use self::ring::Ring;
 use self::windows::{start_launch_windows, LaunchWindows, Windowed};
 use super::{Source, SourceError};
 use crate::snapshot::{Collective, DriverView, ProcessCuda, Snapshot};
@@ -53,7 +59,12 @@ struct Maps {
     counts: Map,
     starts: Map,
     waits: Map,
+    marks: Ring,
 }
+
+/// Bytes of the marks' ring: 16384 marks of 32 bytes, several seconds of a collective-heavy
+/// node's calls (a full ring drops marks until the next read, which only thins the cadence).
+const MARKS_RING_BYTES: u32 = 1 << 19;
 
 /// Whether a thread is inside a CUDA driver wait now: what a stack sample asks, so that a
 /// sample taken there is a GPU sync whatever the Python line reads.
@@ -127,6 +138,11 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             }
             None => {}
         }
+        // Every call but a kernel launch marks the loop's cadence.
+        if probe.counted != Some(Counted::Launch) {
+            let mark = load(programs::mark(maps.marks.fd(), number))?;
+            attached.push(Attached::new(pmu, path, offset, false, mark)?);
+        }
         if probe.wait.is_some() {
             let entry = load(programs::wait_entry(maps.starts.fd(), number))?;
             attached.push(Attached::new(pmu, path, offset, false, entry)?);
@@ -183,6 +199,8 @@ pub struct CudaSource {
     /// Per process: its collective counts at the last read, and the last collective issued
     /// (seconds of the source's clock).
     collectives_seen: HashMap<u32, CollectivesSeen>,
+    /// Each process's recent marked calls and its step.
+    steps: Steps,
 }
 
 impl CudaSource {
@@ -192,6 +210,7 @@ impl CudaSource {
                 counts: Map::hash(16, 16, MAP_ENTRIES)?,
                 starts: Map::hash(8, 16, MAP_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
+                marks: Ring::new(MARKS_RING_BYTES)?,
             };
             Ok((Arc::new(maps), UprobePmu::find(sysfs)?))
         })()
@@ -211,6 +230,7 @@ impl CudaSource {
             launch_rates: HashMap::new(),
             launches: HashMap::new(),
             collectives_seen: HashMap::new(),
+            steps: Steps::default(),
         }
     }
 
@@ -426,7 +446,29 @@ impl Source for CudaSource {
             .map(|(c, w, at)| (c, w, now.saturating_sub(*at).as_secs_f64()));
         snapshot.cuda = fold(&counts, &waits, before, &self.launch_rates, &self.launches);
         self.collectives_seen.retain(|pid, _| keep.contains(pid));
+        maps.marks.drain(|record| {
+            if let Some((pid, _, ns, probe)) = programs::decode_mark(record) {
+                if keep.contains(&pid) {
+                    // A batch's upload and a graph's launch come once a step.
+                    let counted = PROBES.get(probe).and_then(|p| p.counted);
+                    let once_a_step =
+                        matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
+                    let kind = probe as u32;
+                    self.steps.add(
+                        pid,
+                        Call {
+                            ns,
+                            kind,
+                            once_a_step,
+                        },
+                    );
+                }
+            }
+        });
+        self.steps.retain(&keep);
+        let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {
+            process.step = self.steps.step(process.pid, now_ns);
             process.waiting_seconds = waiting.get(&process.pid).copied();
             process.last_collective =
                 last_collective(&mut self.collectives_seen, process, now.as_secs_f64());

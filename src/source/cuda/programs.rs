@@ -10,12 +10,15 @@
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
 //!   `waits[pid, tid, probe]` and closes it.
 //!
+//! - **mark** (on entry): writes (pid, tid, now, probe) to the `marks` ring buffer: when a
+//!   process synced, copied or issued a collective, for the loop's cadence.
+//!
 //! Keys of `counts` and `waits` are 16 bytes (u32 pid, tid, probe, 0) and their values two u64
 //! (hits, and bytes or nanoseconds); `starts` maps the u64 `pid << 32 | tid` to (start ns,
 //! probe). A thread with an entry in `starts` is inside a CUDA wait now: the stack sampler asks.
 
 use super::bpf::R8;
-use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM};
+use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM, RINGBUF_OUTPUT};
 use super::bpf::{MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
 
 /// Offsets of the third and fourth argument registers in x86-64's `struct pt_regs` (%rdx,
@@ -117,6 +120,38 @@ pub fn wait_entry(starts: i32, probe: u32) -> Vec<Insn> {
     code
 }
 
+/// Bytes of one mark: u32 pid, u32 tid, u64 CLOCK_MONOTONIC ns, u32 probe, u32 0.
+pub const MARK_BYTES: usize = 24;
+
+/// The mark program of `probe`: one record to the ring, the consumer not woken (it polls).
+pub fn mark(ring: i32, probe: u32) -> Vec<Insn> {
+    const NO_WAKEUP: i32 = 1;
+    let mut code = vec![
+        Insn::call(GET_CURRENT_PID_TGID),
+        Insn::store32(R10, -20, R0),
+        Insn::rsh_imm(R0, 32),
+        Insn::store32(R10, -24, R0),
+        Insn::call(KTIME_GET_NS),
+        Insn::store64(R10, -16, R0),
+        Insn::store32_imm(R10, -8, probe as i32),
+        Insn::store32_imm(R10, -4, 0),
+    ];
+    code.extend(Insn::load_map(R1, ring));
+    code.extend(stack_pointer(R2, -(MARK_BYTES as i32)));
+    code.push(Insn::mov_imm(R3, MARK_BYTES as i32));
+    code.push(Insn::mov_imm(R4, NO_WAKEUP));
+    code.push(Insn::call(RINGBUF_OUTPUT));
+    code.extend(finish());
+    code
+}
+
+/// A mark's (pid, tid, ns, probe). Pure.
+pub fn decode_mark(record: &[u8]) -> Option<(u32, u32, u64, usize)> {
+    let u32_at = |i: usize| Some(u32::from_ne_bytes(record.get(i..i + 4)?.try_into().ok()?));
+    let ns = u64::from_ne_bytes(record.get(8..16)?.try_into().ok()?);
+    Some((u32_at(0)?, u32_at(4)?, ns, u32_at(16)? as usize))
+}
+
 /// The return program of a timed wait.
 pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
     let mut head = vec![
@@ -203,5 +238,6 @@ mod tests {
         well_formed(&count(3, 1, Measured::ThirdByFourth));
         well_formed(&wait_entry(4, 7));
         well_formed(&wait_exit(4, 5, 7));
+        well_formed(&mark(6, 7));
     }
 }

@@ -14,7 +14,7 @@ use crate::snapshot::{
     Activity, AsleepWorkers, BusySummary, CgroupContext, Collective, CudaThread, CudaTotals,
     CudaWait, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
     GpuUtilization, NvLinkState, PcieLink, PerActivity, PodRef, ProcessContext, ProcessCuda,
-    ProcessStacks, RemappedRows, Snapshot, WorkerSummary,
+    ProcessStacks, RemappedRows, Snapshot, Step, WorkerSummary,
 };
 
 /// What a simulated GPU is meant to show.
@@ -522,6 +522,15 @@ impl DemoSource {
                     thread(pid, launches / 3.0, wait_ratio),
                 ]
             },
+            // Twenty steps a second at its best; the job's ranks step together at the
+            // straggler's pace, behind the best they had before it slowed.
+            step: (role != Role::Idle).then(|| {
+                let slowed = matches!(role, Role::JobFastRank | Role::JobSlowRank);
+                Step {
+                    seconds: if slowed { 0.08 } else { 0.05 },
+                    best_seconds: 0.05,
+                }
+            }),
             ..ProcessCuda::default()
         }
     }

@@ -1,0 +1,471 @@
+//! A loop's step time from the moments it crossed the library boundary: its syncs, copies to
+//! and from the device, graph launches and NCCL collectives (the mark probes). A training step
+//! makes the same calls every time, so each kind of call repeats with the step: its period is
+//! the shortest lag, in calls, at which the time between them repeats (Greyhound finds the
+//! iteration period of NCCL calls the same way, by their autocorrelation), and the step is the
+//! shortest period of any kind. Pure.
+//!
+//! A lag of several calls must also find the gaps between calls in the same order every time
+//! (their autocorrelation at the lag): a sum of many random gaps varies little too.
+//!
+//! A lag too short splits a step unevenly (DDP's buckets a few milliseconds apart, then the
+//! forward pass): the intervals are then both shorter and longer than their median, where a
+//! step's are at most slower now and then. A kind called once a step but unevenly twice (at
+//! one third and at the end) can read half steps; a kind called only every few steps (a
+//! logging sync) is outrun by the others.
+//!
+//! [`step_of`] is pure; [`Steps`] keeps each process's recent calls and looks again every
+//! [`REFRESH_NS`] (a search over a long window costs up to a millisecond).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use crate::snapshot::Step;
+
+/// The recent calls a process's step is found from: a minute, at most this many.
+const WINDOW_NS: u64 = 60_000_000_000;
+const CALLS_KEPT: usize = 2048;
+/// How often a process's step is looked for again.
+const REFRESH_NS: u64 = 10_000_000_000;
+
+/// The longest period looked for, in calls (an FSDP step of a large model issues a few
+/// hundred collectives).
+const MAX_CALLS_PER_STEP: usize = 400;
+/// Steps a window must hold for a period to be found.
+const MIN_STEPS: usize = 3;
+/// How far from their median the lagged intervals of a repeating period lie: most within it,
+/// few shorter (a step is slow now and then, seldom much faster than usual: a lag that
+/// splits steps unevenly gives intervals both shorter and longer), and
+/// their mean at most [`MEAN_OVER_MEDIAN_MAX`] times the median (a few slow steps are steps;
+/// a gap every few calls is the rest of a step).
+const SPREAD: f64 = 0.25;
+const TYPICAL_MIN: f64 = 0.5;
+const SHORTER_MAX: f64 = 0.1;
+const MEAN_OVER_MEDIAN_MAX: f64 = 1.6;
+/// How alike the gaps between calls a lag of several calls apart must be (their
+/// autocorrelation): over many calls a sum of random gaps varies little too, but random gaps
+/// are not in the same order every step.
+const GAPS_CORRELATION_MIN: f64 = 0.5;
+/// Calls of a once-a-step kind this close together are one batch's (its tensors' copies,
+/// issued back to back: tens of microseconds apart; a step's host work takes longer, even
+/// one running ahead of the GPU).
+const BURST_NS: u64 = 200_000;
+/// Intervals sampled per lag: enough for the median, bounded cost on long windows.
+const SAMPLES: usize = 96;
+
+/// One call across the boundary: when (ns, CLOCK_MONOTONIC), of what kind, and whether its
+/// kind is made once a step (a batch's upload, a CUDA graph's launch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    pub ns: u64,
+    pub kind: u32,
+    pub once_a_step: bool,
+}
+
+/// The mean step of `calls` (oldest first) in seconds; `None` where no kind of call repeats
+/// at least [`MIN_STEPS`] times. Each kind of call repeats with
+/// the step, some several times a step (DDP's buckets), some once in several (a logging sync
+/// every ten steps): the step is the shortest period any kind has.
+///
+/// A loop that reads its loss only every few steps runs ahead of the GPU between those syncs:
+/// every kind of call then repeats every few steps (three quick steps, one long), and only
+/// knowing which calls come once a step tells the step. A batch's upload does (its tensors'
+/// copies a burst); where those repeat at all, their mean interval is the step. A batch
+/// whose tensors are uploaded apart (a large pageable one taking milliseconds each) reads as
+/// that many steps.
+pub fn step_of(calls: &[Call]) -> Option<f64> {
+    let mut by_kind: BTreeMap<(bool, u32), Vec<u64>> = BTreeMap::new();
+    for call in calls {
+        let times = by_kind.entry((call.once_a_step, call.kind)).or_default();
+        if call.once_a_step && times.last().is_some_and(|&t| call.ns < t + BURST_NS) {
+            continue; // the same batch's next tensor
+        }
+        times.push(call.ns);
+    }
+    let shortest = |periods: &mut dyn Iterator<Item = f64>| periods.min_by(f64::total_cmp);
+    let once = by_kind
+        .iter()
+        .filter(|((once, _), _)| *once)
+        .filter_map(|(_, times)| once_a_step(times));
+    shortest(&mut { once })
+        .or_else(|| shortest(&mut by_kind.values().filter_map(|times| period_of(times))))
+}
+
+/// The step of calls made once a step: their mean interval, where they repeat at all (a
+/// period of one or several of them: the loop may run ahead of the GPU between syncs).
+fn once_a_step(times: &[u64]) -> Option<f64> {
+    let n = times.len();
+    period_of(times)?;
+    Some(times[n - 1].saturating_sub(times[0]) as f64 / 1e9 / (n - 1) as f64)
+}
+
+/// The period of one kind's calls (ns, oldest first) in seconds: the shortest lag, in calls,
+/// at which the time between them repeats, its mean over the whole periods of the window.
+///
+fn period_of(times: &[u64]) -> Option<f64> {
+    let n = times.len();
+    let longest = MAX_CALLS_PER_STEP.min(n.saturating_sub(1) / MIN_STEPS);
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]) as f64)
+        .collect();
+    // A lag that repeats: the share of its intervals away from their median, and the period.
+    let judge = |lag: usize| -> Option<(f64, f64)> {
+        let pairs = n - lag;
+        let lagged = |sums: &[u64]| -> Vec<f64> {
+            sampled(pairs)
+                .map(|i| sums[i + lag].saturating_sub(sums[i]) as f64)
+                .collect()
+        };
+        let mut intervals = lagged(times);
+        let middle = median(&mut intervals)?;
+        let atypical = repeats(&intervals, middle)?;
+        if lag > 1 && autocorrelation(&gaps, lag) < GAPS_CORRELATION_MIN {
+            return None;
+        }
+        // The mean over the whole periods of the window: slow steps count in it.
+        let periods = (n - 1) / lag;
+        let span = times[periods * lag].saturating_sub(times[0]) as f64 / 1e9;
+        Some((atypical, span / periods as f64))
+    };
+    let (first, found) = (1..=longest).find_map(|lag| judge(lag).map(|j| (lag, j)))?;
+    // A lag a call or two short of a long step passes too, with those calls' intervals
+    // short: the lag just after it that repeats best is the step.
+    let (_, period) = (first + 1..=(first + first / 4).min(longest))
+        .filter_map(judge)
+        .fold(found, |best, j| if j.0 < best.0 { j } else { best });
+    Some(period)
+}
+
+/// Up to [`SAMPLES`] of the indices below `pairs`, spread in no regular order: a regular
+/// stride could meet a step's calls always at the same places in it.
+fn sampled(pairs: usize) -> impl Iterator<Item = usize> {
+    let all = pairs <= SAMPLES;
+    (0..pairs.min(SAMPLES)).map(move |k| {
+        if all {
+            k
+        } else {
+            // splitmix64 of k
+            let mut z = (k as u64)
+                .wrapping_add(1)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) as usize % pairs
+        }
+    })
+}
+
+/// Autocorrelation of the gaps at `lag`: near 1 where they come in the same order every
+/// `lag` calls, near 0 for gaps in random order.
+fn autocorrelation(gaps: &[f64], lag: usize) -> f64 {
+    let n = gaps.len();
+    if n <= lag {
+        return 0.0;
+    }
+    let mean = gaps.iter().sum::<f64>() / n as f64;
+    let variance = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n as f64;
+    if variance <= 0.0 {
+        return 0.0;
+    }
+    let covariance = (0..n - lag)
+        .map(|i| (gaps[i] - mean) * (gaps[i + lag] - mean))
+        .sum::<f64>()
+        / (n - lag) as f64;
+    covariance / variance
+}
+
+/// Whether the intervals at a lag repeat as a step's do, `middle` their median: the share
+/// of them away from it if they do.
+fn repeats(intervals: &[f64], middle: f64) -> Option<f64> {
+    let (typical, shorter) = around(intervals, middle);
+    let mean = intervals.iter().sum::<f64>() / intervals.len() as f64;
+    let repeat = middle > 0.0
+        && typical >= TYPICAL_MIN
+        && shorter <= SHORTER_MAX
+        && mean <= MEAN_OVER_MEDIAN_MAX * middle;
+    repeat.then_some(1.0 - typical)
+}
+
+/// The shares of `intervals` within [`SPREAD`] of `middle`, and below that.
+fn around(intervals: &[f64], middle: f64) -> (f64, f64) {
+    let share = |f: &dyn Fn(f64) -> bool| {
+        intervals.iter().filter(|&&d| f(d)).count() as f64 / intervals.len() as f64
+    };
+    (
+        share(&|d| (d - middle).abs() <= SPREAD * middle),
+        share(&|d| d < (1.0 - SPREAD) * middle),
+    )
+}
+
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}
+
+/// One process's recent calls and what was found in them.
+#[derive(Default)]
+struct Tracked {
+    calls: VecDeque<Call>,
+    /// The last step found (mean seconds), its best mean, and when it was looked for (ns).
+    found: Option<f64>,
+    best_seconds: Option<f64>,
+    looked_at: u64,
+}
+
+/// Each GPU process's recent calls across the boundary, and its step.
+#[derive(Default)]
+pub struct Steps {
+    processes: HashMap<u32, Tracked>,
+}
+
+impl Steps {
+    pub fn add(&mut self, pid: u32, call: Call) {
+        let calls = &mut self.processes.entry(pid).or_default().calls;
+        if calls.len() == CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
+    }
+
+    /// Forgets the processes not in `keep`.
+    pub fn retain(&mut self, keep: &HashSet<u32>) {
+        self.processes.retain(|pid, _| keep.contains(pid));
+    }
+
+    /// `pid`'s step at `now_ns`, looked for again when due.
+    pub fn step(&mut self, pid: u32, now_ns: u64) -> Option<Step> {
+        let tracked = self.processes.get_mut(&pid)?;
+        let last_ns = tracked.calls.back()?.ns;
+        let since = now_ns.saturating_sub(WINDOW_NS);
+        while tracked.calls.front().is_some_and(|c| c.ns < since) {
+            tracked.calls.pop_front();
+        }
+        if now_ns.saturating_sub(tracked.looked_at) >= REFRESH_NS || tracked.found.is_none() {
+            tracked.looked_at = now_ns;
+            match step_of(tracked.calls.make_contiguous()) {
+                Some(found) => {
+                    tracked.found = Some(found);
+                    let best = tracked.best_seconds.get_or_insert(found);
+                    *best = best.min(found);
+                }
+                // The calls stopped (a hang): the last step found stands, the one in
+                // progress grows past it.
+                None if tracked.calls.len() < 2 => {}
+                None => tracked.found = None,
+            }
+        }
+        let seconds = tracked.found?;
+        let in_progress = now_ns.saturating_sub(last_ns) as f64 / 1e9;
+        Some(Step {
+            seconds: seconds.max(in_progress),
+            best_seconds: tracked.best_seconds.unwrap_or(seconds),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// Kind 10 is a batch's upload, made once a step.
+    const UPLOAD: u32 = 10;
+
+    /// `steps` steps of `pattern` (kind, ms after the step's start), `step_ms` apart, each step
+    /// lasting `slow(step)` times longer.
+    fn calls(
+        steps: u64,
+        step_ms: u64,
+        pattern: &[(u32, u64)],
+        slow: impl Fn(u64) -> f64,
+    ) -> Vec<Call> {
+        let mut start = 1_000 * MS;
+        let mut out = Vec::new();
+        for step in 0..steps {
+            let scale = slow(step);
+            let at = |ms: u64| (ms as f64 * MS as f64 * scale) as u64;
+            out.extend(pattern.iter().map(|&(kind, ms)| Call {
+                ns: start + at(ms),
+                kind,
+                once_a_step: kind == UPLOAD,
+            }));
+            start += at(step_ms);
+        }
+        out
+    }
+
+    /// A pseudo-random factor in 1 ± `by` for each step.
+    fn jitter(by: f64) -> impl Fn(u64) -> f64 {
+        move |step| {
+            let x = step.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) % 1000;
+            1.0 + by * (x as f64 / 500.0 - 1.0)
+        }
+    }
+
+    fn seconds(calls: &[Call]) -> Option<f64> {
+        step_of(calls).map(|s| (s * 1e4).round() / 1e4)
+    }
+
+    #[test]
+    fn one_sync_a_step_is_the_step() {
+        let c = calls(20, 100, &[(1, 90)], |_| 1.0);
+        assert_eq!(seconds(&c), Some(0.1));
+    }
+
+    #[test]
+    fn ddp_buckets_of_one_kind_are_one_step_with_the_upload_and_the_sync() {
+        // The batch uploaded at the start, 25 all-reduce buckets 4 ms apart during the backward, the
+        // loss's sync at the end; 250 ms a step.
+        let mut pattern = vec![(10, 0)];
+        pattern.extend((0..25).map(|b| (20, 100 + 4 * b)));
+        pattern.push((30, 240));
+        let c = calls(12, 250, &pattern, |_| 1.0);
+        assert_eq!(seconds(&c), Some(0.25));
+        // Only the buckets (the data already on the GPU, no sync): the gap of the forward
+        // says where a step ends.
+        let only: Vec<(u32, u64)> = (0..25).map(|b| (20, 100 + 4 * b)).collect();
+        let c = calls(12, 250, &only, |_| 1.0);
+        assert_eq!(seconds(&c), Some(0.25));
+    }
+
+    #[test]
+    fn jittery_ddp_steps_with_a_sync_every_third_step_are_steps() {
+        // communication_ddp_straggler's shape without its batch's upload: 6 buckets, the loss
+        // read back every third step; each step 10 % faster or slower than the last.
+        let pattern: Vec<(u32, u64)> = (0..6).map(|b| (20, 60 + 5 * b)).collect();
+        let steps: Vec<Call> = calls(60, 110, &pattern, jitter(0.1))
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, c)| {
+                let sync = (i % 6 == 5 && (i / 6) % 3 == 2).then_some(Call {
+                    ns: c.ns + 20 * MS,
+                    kind: 30,
+                    once_a_step: false,
+                });
+                std::iter::once(c).chain(sync)
+            })
+            .collect();
+        let step = step_of(&steps).unwrap();
+        assert!((step - 0.11).abs() < 0.005, "{step}");
+    }
+
+    #[test]
+    fn a_loop_running_ahead_of_the_gpu_between_syncs_steps_with_its_uploads() {
+        // The loss read every fourth step: three steps of 10 ms (launches queued), then the
+        // sync waits 110 ms for the GPU; each batch uploaded as two tensors.
+        let mut c = Vec::new();
+        for period in 0..30u64 {
+            let base = 1_000 * MS + period * 140 * MS;
+            for step in 0..4 {
+                for tensor in 0..2 {
+                    let ns = base + step * 10 * MS + tensor * 100_000;
+                    c.push(Call {
+                        ns,
+                        kind: UPLOAD,
+                        once_a_step: true,
+                    });
+                }
+            }
+            c.push(Call {
+                ns: base + 31 * MS,
+                kind: 30,
+                once_a_step: false,
+            });
+        }
+        let step = step_of(&c).unwrap();
+        assert!((step - 0.035).abs() < 0.001, "{step}");
+        // Without the uploads known as such, the calls repeat every four steps.
+        c.iter_mut().for_each(|call| call.once_a_step = false);
+        let period = step_of(&c).unwrap();
+        assert!((period - 0.14).abs() < 0.001, "{period}");
+    }
+
+    #[test]
+    fn slow_steps_now_and_then_count_in_the_mean() {
+        // The batch uploaded, the loss read; every fourth step three times as long (a heavy batch).
+        let pattern = [(10, 0), (30, 80)];
+        let c = calls(40, 100, &pattern, |s| if s % 4 == 3 { 3.0 } else { 1.0 });
+        let step = step_of(&c).unwrap();
+        assert!((step - 0.15).abs() < 0.01, "{step}");
+    }
+
+    #[test]
+    fn steps_keep_the_best_and_a_stopped_loop_grows_its_step() {
+        let mut steps = Steps::default();
+        let c = calls(30, 100, &[(10, 0), (30, 80)], |s| {
+            if s >= 20 {
+                2.0
+            } else {
+                1.0
+            }
+        });
+        let mid = c[40].ns; // step 20: the fast steps so far
+        for call in &c[..=40] {
+            steps.add(7, *call);
+        }
+        let fast = steps.step(7, mid).unwrap();
+        assert!((fast.seconds - 0.1).abs() < 1e-3, "{fast:?}");
+        for call in &c[41..] {
+            steps.add(7, *call);
+        }
+        // 10 s on, the slow steps fill a minute's window: twice the best.
+        let end = c.last().unwrap().ns;
+        let late = end + REFRESH_NS - (end - mid);
+        for call in calls(300, 200, &[(10, 0), (30, 160)], |_| 1.0) {
+            steps.add(
+                7,
+                Call {
+                    ns: call.ns - c[0].ns + end + 40 * MS,
+                    ..call
+                },
+            );
+        }
+        let now = late.max(steps.processes[&7].calls.back().unwrap().ns) + 50 * MS;
+        let slow = steps.step(7, now).unwrap();
+        assert!((slow.seconds - 0.2).abs() < 2e-3, "{slow:?}");
+        assert!((slow.best_seconds - 0.1).abs() < 1e-3);
+        assert!((slow.behind_best() - 0.5).abs() < 0.01);
+        // No call for 30 s: the step in progress is 30 s long.
+        let stopped = steps.step(7, now + 30_000_000_000).unwrap();
+        assert!((stopped.seconds - 30.05).abs() < 0.1, "{stopped:?}");
+        // A process never seen, and one forgotten.
+        assert_eq!(steps.step(8, now), None);
+        steps.retain(&HashSet::new());
+        assert_eq!(steps.step(7, now), None);
+    }
+
+    #[test]
+    fn no_repeating_period_is_none() {
+        assert_eq!(step_of(&[]), None);
+        let c = calls(2, 100, &[(1, 90)], |_| 1.0);
+        assert_eq!(step_of(&c), None, "two steps are too few");
+        // Calls at random moments, of one kind or three: thirty trains, none periodic.
+        for seed in 1..=30u64 {
+            let mut x = seed;
+            let mut next = || {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 11) as f64 / (1u64 << 53) as f64
+            };
+            let mut ns = 0.0;
+            let kinds = if seed % 2 == 0 { 3.0 } else { 1.0 };
+            let random: Vec<Call> = (0..600)
+                .map(|_| {
+                    ns += -(1.0 - next()).ln() * 30.0 * MS as f64; // exponential gaps
+                    let kind = (next() * kinds) as u32;
+                    Call {
+                        ns: ns as u64,
+                        kind,
+                        once_a_step: false,
+                    }
+                })
+                .collect();
+            assert_eq!(step_of(&random), None, "seed {seed}");
+        }
+    }
+}

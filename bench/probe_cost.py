@@ -7,7 +7,10 @@ Two loops on the emulated torch (workloads/emutorch, over the stub CUDA driver t
 attach to), each a step after another for --seconds per run:
   launch-heavy  50 kernels per op call, 8 calls a step, a scalar read back every 20 steps:
                 tens of thousands of cuLaunchKernel calls a second, each probed;
-  sync-heavy    10 kernels of 0.2 ms and a loss.item() every step: a timed wait each.
+  sync-heavy    10 kernels of 0.2 ms and a loss.item() every step: a timed wait each;
+  collective-heavy  a DDP-shaped step of a one-rank communicator through the stub libnccl:
+                25 bucket all-reduces of 1 MiB between kernels, the batch uploaded and the
+                loss read back: each all-reduce counted and marked, the step timed.
 Each loop runs alone, beside the exporter with `sources.cuda` off, and beside it with the
 probes on, the three in turn --rounds times (the VM is shared: interleaving spreads its
 drift over all three). The probes' cost is the step time with them against the step time
@@ -63,6 +66,34 @@ while time.monotonic() < deadline:
 elapsed = time.monotonic() - started
 print(elapsed / steps * 1e3, steps / elapsed)
 """,
+    "collective-heavy": """
+import ctypes, os, time, torch, emugpu
+torch.cuda.set_device(0)
+x = torch.empty(4096).to("cuda")
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), "libnccl.so.2"))
+nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
+nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2
+uid, comm = UniqueId(), ctypes.c_void_p()
+assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
+assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
+buffer = 0x7e0000000000
+steps, collectives = 0, 0
+deadline = time.monotonic() + SECONDS
+started = time.monotonic()
+while time.monotonic() < deadline:
+    batch = torch.empty(4096).to("cuda")
+    torch._C._launch(1e-4, sm=0.8, count=10)
+    for _ in range(25):
+        torch._C._launch(2e-5, sm=0.8, count=4)
+        assert nccl.ncclAllReduce(buffer, buffer, 1 << 18, 7, 0, comm, None) == 0
+    collectives += 25
+    x.sum().item()
+    steps += 1
+elapsed = time.monotonic() - started
+print(elapsed / steps * 1e3, collectives / elapsed)
+""",
 }
 
 
@@ -95,7 +126,7 @@ def run_loop(body, work, seconds):
         **os.environ,
         "EMUGPU_DIR": os.path.join(work, "timelines"),
         "EMUCUDA_DIR": os.path.join(work, "cuda"),
-        "PYTHONPATH": os.path.join(ROOT, "workloads", "emutorch"),
+        "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "workloads", "emutorch"), os.path.join(ROOT, "workloads")]),
     }
     out = subprocess.run(
         [sys.executable, "-c", body.replace("SECONDS", str(seconds))],

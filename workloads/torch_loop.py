@@ -19,7 +19,9 @@ A spec (a dict) says how the loop syncs:
                 non_blocking=True: no wait);
   "metrics"     "tolist": the metric code calls .tolist() on a host array (no GPU involved);
 and what the step costs: "step_seconds" of kernels ("kernels" of them, a third forward),
-"sm", "host_seconds" of Python on the main thread before the step's first kernel, "hook_seconds" of Python per backward node
+"sm", "host_seconds" of Python on the main thread before the step's first kernel,
+"forward_host_seconds" of Python in the model's forward (under FSDP's forward where wrapped),
+"hook_seconds" of Python per backward node
 on the engine's thread (DDP-style hooks, custom autograd Functions), "loader" and "workers" as
 random_loop draws them; how the loader delivers, as torch's DataLoader does: "named" workers
 (pt_data_worker), "in_order" delivery, "persistent" workers (else replaced every epoch),
@@ -54,6 +56,7 @@ DEFAULTS = {
     "kernels": 8,
     "sm": 0.85,
     "host_seconds": 0.0,
+    "forward_host_seconds": 0.0,
     "hook_seconds": 0.0,
     "loader": "light",
     "workers": 2,
@@ -108,10 +111,13 @@ class Model:
         self.forward_seconds = spec["step_seconds"] / 3 / self.forward_count
         self.backward_seconds = spec["step_seconds"] * 2 / 3 / self.backward_count
         self.sm = spec["sm"]
+        self.forward_host = spec["forward_host_seconds"]
         hook = spec["hook_seconds"]
         self.hook = (lambda: common.burn(hook)) if hook > 0 else None
 
     def __call__(self, x):
+        if self.forward_host:
+            common.burn(self.forward_host)  # the model's own Python: many small ops
         return self.torch._C._forward(
             x,
             self.forward_seconds,

@@ -12,8 +12,14 @@
 //!    A thread in `torch/autograd/graph.py` (`loss.backward()`, asleep while the autograd
 //!    engine's thread runs the pass) is judged by that thread: a sync while another thread of
 //!    the process is inside a driver wait, else **python** (the host work the pass is).
-//! 2. **collective**: a frame in `torch/distributed/`, or a function named `all_reduce`,
-//!    `all_gather`, `reduce_scatter`, `broadcast` or `barrier`.
+//! 2. **collective**: a function named `all_reduce`, `all_gather`, `reduce_scatter`,
+//!    `broadcast` or `barrier`, or a frame in `torch/distributed/`, met before the job's own
+//!    code or a model's module (`torch/nn/modules/`) going outwards: a collective is where the
+//!    thread is, not a frame somewhere around it. FSDP1's `forward` wraps the whole model's,
+//!    so the model's compute runs under a frame of `torch/distributed/`; and FSDP's own
+//!    Python, activation checkpointing's wrapper and DTensor's dispatch are bookkeeping or
+//!    compute, not collectives (their waits go through `distributed_c10d` or a file named for
+//!    its collectives).
 //! 3. **data_loader**: a frame in `torch/utils/data/` (the DataLoader's `__next__`), in
 //!    `multiprocessing/queues.py` or `multiprocessing/connection.py` (a loader's result queue),
 //!    or in the standard library's `queue.py` (a queue fed by a thread of the process's own: a
@@ -42,6 +48,39 @@ const SYNCING_CALLS: [&str; 6] = [
     ".synchronize(",
     "synchronize()",
 ];
+
+/// Code under `torch/distributed/` that wraps compute or does bookkeeping around it: FSDP's
+/// (both generations), activation checkpointing's wrapper, DTensor's dispatch.
+const DISTRIBUTED_WRAPPERS: [&str; 5] = [
+    "/torch/distributed/fsdp/",
+    "/torch/distributed/_composable/",
+    "/torch/distributed/algorithms/_checkpoint/",
+    "/torch/distributed/tensor/",
+    "/torch/distributed/_tensor/",
+];
+
+/// Whether the thread is in a collective: going outwards from the innermost frame, a
+/// collective's frame comes before the job's own code or a model's module.
+fn in_collective(frames: &[FrameRef]) -> bool {
+    let collective = |f: &FrameRef| {
+        COLLECTIVES.contains(&bare(f.function))
+            || (f.file.contains("/torch/distributed/")
+                && (!DISTRIBUTED_WRAPPERS.iter().any(|w| f.file.contains(w))
+                    || f.file.contains("collectives")))
+    };
+    frames
+        .iter()
+        .find_map(|f| {
+            if collective(f) {
+                Some(true)
+            } else if is_job_code(f.file) || f.file.contains("/torch/nn/modules/") {
+                Some(false)
+            } else {
+                None
+            }
+        })
+        .unwrap_or(false)
+}
 
 const COLLECTIVES: [&str; 5] = [
     "all_reduce",
@@ -101,7 +140,7 @@ pub fn classify(
         Activity::GpuSync
     } else if in_backward {
         Activity::Python
-    } else if named(&COLLECTIVES) || in_file(&["/torch/distributed/"]) {
+    } else if in_collective(frames) {
         Activity::Collective
     } else if in_file(&[
         "/torch/utils/data/",
@@ -244,6 +283,59 @@ mod tests {
             classify(&emulated_collective, false, None, None),
             Activity::Collective
         );
+        // FSDP1's forward wraps the model's: the model's compute under it is no collective,
+        // nor is FSDP's own Python; its all-gather is, and FSDP2's wait in its collectives'
+        // file.
+        let fsdp = "/site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py";
+        let wrapped_compute = [
+            frame(
+                "Linear.forward",
+                "/site-packages/torch/nn/modules/linear.py",
+            ),
+            frame("Model.forward", "/job/model.py"),
+            frame("FullyShardedDataParallel.forward", fsdp),
+            TRAIN,
+        ];
+        assert_eq!(
+            classify(&wrapped_compute, true, None, None),
+            Activity::Python
+        );
+        let bookkeeping = [
+            frame(
+                "_pre_forward",
+                "/site-packages/torch/distributed/fsdp/_runtime_utils.py",
+            ),
+            frame("FullyShardedDataParallel.forward", fsdp),
+            TRAIN,
+        ];
+        assert_eq!(classify(&bookkeeping, true, None, None), Activity::Python);
+        let gather = [
+            frame(
+                "all_gather_into_tensor",
+                "/site-packages/torch/distributed/distributed_c10d.py",
+            ),
+            frame(
+                "FlatParamHandle.unshard",
+                "/site-packages/torch/distributed/fsdp/_flat_param.py",
+            ),
+            frame("FullyShardedDataParallel.forward", fsdp),
+            TRAIN,
+        ];
+        assert_eq!(classify(&gather, false, None, None), Activity::Collective);
+        let fsdp2_wait = [
+            frame(
+                "foreach_all_gather_copy_out",
+                "/site-packages/torch/distributed/_composable/fsdp/_fsdp_collectives.py",
+            ),
+            TRAIN,
+        ];
+        assert_eq!(
+            classify(&fsdp2_wait, false, None, None),
+            Activity::Collective
+        );
+        // The job's own function named for a collective is one.
+        let helper = [frame("all_reduce", "/job/dist.py"), TRAIN];
+        assert_eq!(classify(&helper, false, None, None), Activity::Collective);
         let model = [
             frame("Linear.forward", "/torch/nn/modules/linear.py"),
             TRAIN,

@@ -188,8 +188,13 @@ fn hang_summary(hang: &crate::analysis::Hang) -> String {
     } else {
         hang.frame.clone()
     };
+    let waiting = hang
+        .waiting_for
+        .as_ref()
+        .map(|peer| format!("; not hung: it waits for {peer}"))
+        .unwrap_or_default();
     format!(
-        "in {frame} for {} min {} s, the GPU spinning busy",
+        "in {frame} for {} min {} s, the GPU spinning busy{waiting}",
         seconds / 60,
         seconds % 60
     )
@@ -252,6 +257,7 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                 gpu["hang"] = json!({
                     "seconds": hang.seconds,
                     "frame": hang.frame,
+                    "waiting_for": hang.waiting_for,
                     "summary": hang_summary(hang),
                 });
             }
@@ -303,6 +309,9 @@ pub fn text_report(verdicts: &[GpuVerdict], simulated: bool) -> String {
         let _ = writeln!(out, "  {}", explanation(v));
         if let Some(step) = step_summary(v) {
             let _ = writeln!(out, "  Loop: {step}");
+        }
+        if let Some(hang) = v.hang.as_ref().filter(|h| h.waiting_for.is_some()) {
+            let _ = writeln!(out, "  Collective: {}", hang_summary(hang));
         }
         if let Some(lost) = &v.lost {
             let _ = writeln!(out, "  Lost time: {}", lost_time_summary(lost));

@@ -34,7 +34,9 @@ all-reduce of "gradient_bytes" from the engine's thread during backward), "fsdp"
 FullyShardedDataParallel (four units: all-gathers before each unit's forward on the main
 thread, all-gathers and reduce-scatters in backward on the engine's), "rank_specs" each
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
-that stops arriving after 5 s, a hang for the others).
+that stops arriving after 5 s, a hang for the others); every "checkpoint_every" steps rank 0
+spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
+idles) while the others wait for it in dist.barrier().
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -76,6 +78,8 @@ DEFAULTS = {
     "gradient_bytes": 100 << 20,
     "rank_specs": {},
     "stop_after": 0.0,
+    "checkpoint_every": 0,
+    "checkpoint_seconds": 0.0,
 }
 
 
@@ -145,6 +149,13 @@ def step_sync(torch, spec, loss, losses):
     elif form == "mask":
         return losses[losses > 0]
     return None
+
+
+def checkpoint(torch, spec):
+    """Rank 0 writes a checkpoint; every rank then meets the others in a barrier."""
+    if torch.distributed.get_rank() == 0:
+        common.burn(spec["checkpoint_seconds"])  # torch.save(model.state_dict(), path)
+    torch.distributed.barrier()
 
 
 def train(spec, args):
@@ -264,6 +275,8 @@ def loop(torch, spec, args, model, batches):
         steps += 1
         if spec["sync"] not in ("none", "to") and steps % spec["sync_every"] == 0:
             step_sync(torch, spec, loss, losses)
+        if spec["checkpoint_every"] and steps % spec["checkpoint_every"] == 0:
+            checkpoint(torch, spec)
         if history is not None:
             recent = history.tolist()  # a host array: no GPU involved, however the line reads
             del recent

@@ -59,7 +59,7 @@ pub fn decide(
     let hang = hang::track(&mut state.stuck, now, at, t);
     let hung = hang
         .as_ref()
-        .is_some_and(|h| h.seconds >= t.hang_after.0.as_secs_f64());
+        .is_some_and(|h| h.seconds >= t.hang_after.0.as_secs_f64() && h.waiting_for.is_none());
     let primary = match strongest(&kinds, t) {
         // A job that makes no progress at all: whatever else holds it back waits behind.
         _ if hung => Primary::Hung,

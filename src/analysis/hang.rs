@@ -1,8 +1,11 @@
 //! A hung collective: a rank whose main thread sits in one collective, tick after tick, while
 //! its GPU spins in it and moves no data — or, as real PyTorch shows it (NCCL enqueues and
 //! returns at once), whose thread has sat in one CUDA driver wait ever since it issued a
-//! collective, the GPU spinning the same way.
+//! collective, the GPU spinning the same way. A rank whose peer on this node works meanwhile
+//! (a barrier while rank 0 writes a checkpoint) waits for it: that is no hang, and the hang's
+//! record says whom it waits for.
 
+use super::observe::SPIN_SM_ACTIVITY_MAX;
 use super::{GpuObservation, Hang};
 use crate::config::Thresholds;
 use crate::snapshot::Activity;
@@ -14,10 +17,6 @@ pub const RECENT_SAMPLES_MIN: u32 = 4;
 /// without traffic (a few MB/s of driver housekeeping), while even a 10 GbE all-reduce moves
 /// about a GB/s through the GPU's link.
 const HANG_PCIE_BYTES_MAX: f64 = 50e6;
-
-/// SM activity below which a busy GPU runs nothing but a collective's spin (an NCCL kernel
-/// keeps one block per channel: a few SMs of a hundred and more).
-const HANG_SM_ACTIVITY_MAX: f64 = 0.25;
 
 /// Since when a GPU's main thread has sat in one collective with the GPU busy, and the
 /// collective's frame.
@@ -33,6 +32,15 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
         *stuck = None;
         return Some(hang);
     }
+    let hang = in_frame(stuck, now, at, t)?;
+    Some(Hang {
+        waiting_for: now.working_peer.clone(),
+        ..hang
+    })
+}
+
+/// The main thread in one collective's frame, tick after tick.
+fn in_frame(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
     let held = now.stacks.as_ref().filter(|s| {
         s.recent_samples >= RECENT_SAMPLES_MIN
             && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
@@ -58,6 +66,7 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
     Some(Hang {
         seconds: at - entry.0,
         frame,
+        waiting_for: None,
     })
 }
 
@@ -69,11 +78,12 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
     let wait = now.driver_wait?;
     let op = wait.after?;
     let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-        && now.sm_activity.is_none_or(|s| s < HANG_SM_ACTIVITY_MAX)
+        && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
         && now
             .pcie_bytes_per_second
             .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
     spinning.then(|| Hang {
+        waiting_for: now.working_peer.clone(),
         seconds: wait.seconds,
         frame: format!(
             "{} (NCCL; the host waits inside the CUDA driver)",

@@ -1,6 +1,7 @@
 //! The GPUs of one job compared: each GPU's busy gap to the busiest GPU of its job, and the
-//! most busy time collectives can have cost each rank. Pure: one window's figures per GPU in,
-//! the same figures with the comparisons filled in out.
+//! most busy time collectives can have cost each rank (one window's figures per GPU in, the
+//! same figures with the comparisons filled in out); once decided, what each rank costs its
+//! group's step (the verdicts in, their straggler scores filled in). Pure.
 
 use std::collections::BTreeMap;
 

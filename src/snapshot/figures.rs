@@ -88,6 +88,9 @@ figures! {
         working_others: Vec<String>,
         /// The main process's share of the GPU's work (its SM samples over all processes').
         main_work_share: Option<f64>,
+        /// A rank of its group on this node that is working, not waiting in a collective (its
+        /// main process's busiest thread on a CPU, or its GPU computing), described.
+        working_peer: Option<String>,
     }
     signals {
         /// Whether the GPU answered (over the window: on every tick).

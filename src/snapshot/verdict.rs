@@ -392,6 +392,10 @@ pub struct Hang {
     pub seconds: f64,
     /// The collective's frame (`all_reduce at /job/train.py:97`).
     pub frame: String,
+    /// A rank of its group on this node that works meanwhile, described (`GPU 0's rank, pid
+    /// 4242, busy on the host`): the collective waits for it, and it is no hang (a barrier
+    /// while rank 0 writes a checkpoint). `None`: none works, or no peer is on this node.
+    pub waiting_for: Option<String>,
 }
 
 impl GpuVerdict {

@@ -147,3 +147,30 @@ fn a_rank_waiting_in_the_driver_since_its_collective_with_the_gpu_spinning_is_hu
     assert_ne!(stepping.primary, Primary::Hung);
     assert!(stepping.hang.unwrap().seconds < 2.0);
 }
+
+/// communication_barrier_checkpoint: rank 1 waits in dist.barrier() for minutes while rank 0,
+/// on this node, writes a checkpoint: every sign of a hang on rank 1's GPU, but its peer
+/// works. It waits for rank 0, named in the hang's record, and is not hung; once rank 0 stops
+/// working too (asleep, a rank that never comes), it is.
+#[test]
+fn a_rank_waiting_for_a_peer_that_works_on_this_node_is_not_hung() {
+    let peer = "GPU 0's rank (pid 4242 (python3)), busy on the host".to_string();
+    let waiting = run(200, |s| GpuObservation {
+        working_peer: Some(peer.clone()),
+        ..in_driver(s, 20, 1.0, Some(0.06))
+    });
+    assert_ne!(waiting.primary, Primary::Hung);
+    let hang = waiting.hang.as_ref().unwrap();
+    assert_eq!(hang.waiting_for.as_deref(), Some(peer.as_str()));
+    assert!(hang.seconds > 170.0, "{hang:?}");
+    let text = gpu_bottleneck_exporter::report::text_report(std::slice::from_ref(&waiting), false);
+    assert!(
+        text.contains("not hung: it waits for GPU 0's rank"),
+        "{text}"
+    );
+    let alone = run(200, |s| GpuObservation {
+        working_peer: (s < 100).then(|| peer.clone()),
+        ..in_driver(s, 20, 1.0, Some(0.06))
+    });
+    assert_eq!(alone.primary, Primary::Hung);
+}

@@ -1,15 +1,14 @@
 //! A loop's step time from the moments it crossed the library boundary: its syncs, copies to
 //! and from the device, graph launches and NCCL collectives (the mark probes). A training step
 //! makes the same calls every time, so each kind of call repeats with the step: its period is
-//! the shortest lag, in calls, at which the time between them repeats (Greyhound finds the
-//! iteration period of NCCL calls the same way, by their autocorrelation), and the step is the
-//! shortest period of any kind. Pure.
-//!
-//! A lag of several calls must also find the gaps between calls in the same order every time
-//! (their autocorrelation at the lag): a sum of many random gaps varies little too.
+//! the shortest lag, in calls, at which the time between the calls repeats and (for a lag of
+//! several calls) the gaps between them come in the same order, their autocorrelation
+//! (Greyhound finds the iteration period of NCCL calls the same way). The step is the
+//! shortest period of any kind, or, where the loop runs ahead of the GPU between syncs, the
+//! mean interval of a batch's uploads ([`step_of`]).
 //!
 //! A lag too short splits a step unevenly (DDP's buckets a few milliseconds apart, then the
-//! forward pass): the intervals are then both shorter and longer than their median, where a
+//! forward pass): its intervals are then both shorter and longer than their median, where a
 //! step's are at most slower now and then. A kind called once a step but unevenly twice (at
 //! one third and at the end) can read half steps; a kind called only every few steps (a
 //! logging sync) is outrun by the others.
@@ -32,11 +31,10 @@ const REFRESH_NS: u64 = 10_000_000_000;
 const MAX_CALLS_PER_STEP: usize = 400;
 /// Steps a window must hold for a period to be found.
 const MIN_STEPS: usize = 3;
-/// How far from their median the lagged intervals of a repeating period lie: most within it,
-/// few shorter (a step is slow now and then, seldom much faster than usual: a lag that
-/// splits steps unevenly gives intervals both shorter and longer), and
-/// their mean at most [`MEAN_OVER_MEDIAN_MAX`] times the median (a few slow steps are steps;
-/// a gap every few calls is the rest of a step).
+/// How far from their median the lagged intervals of a repeating period lie: most within
+/// [`SPREAD`] of it, few shorter (a step is slow now and then, seldom much faster than
+/// usual), and their mean at most [`MEAN_OVER_MEDIAN_MAX`] times the median (a few slow
+/// steps are steps; a long gap every few calls is the rest of a step).
 const SPREAD: f64 = 0.25;
 const TYPICAL_MIN: f64 = 0.5;
 const SHORTER_MAX: f64 = 0.1;
@@ -62,9 +60,9 @@ pub struct Call {
 }
 
 /// The mean step of `calls` (oldest first) in seconds; `None` where no kind of call repeats
-/// at least [`MIN_STEPS`] times. Each kind of call repeats with
-/// the step, some several times a step (DDP's buckets), some once in several (a logging sync
-/// every ten steps): the step is the shortest period any kind has.
+/// at least [`MIN_STEPS`] times. Each kind of call repeats with the step, some several times
+/// a step (DDP's buckets), some once in several (a logging sync every ten steps): the step is
+/// the shortest period any kind has.
 ///
 /// A loop that reads its loss only every few steps runs ahead of the GPU between those syncs:
 /// every kind of call then repeats every few steps (three quick steps, one long), and only
@@ -81,13 +79,17 @@ pub fn step_of(calls: &[Call]) -> Option<f64> {
         }
         times.push(call.ns);
     }
-    let shortest = |periods: &mut dyn Iterator<Item = f64>| periods.min_by(f64::total_cmp);
-    let once = by_kind
+    let uploads = by_kind
         .iter()
         .filter(|((once, _), _)| *once)
-        .filter_map(|(_, times)| once_a_step(times));
-    shortest(&mut { once })
-        .or_else(|| shortest(&mut by_kind.values().filter_map(|times| period_of(times))))
+        .filter_map(|(_, times)| once_a_step(times))
+        .min_by(f64::total_cmp);
+    uploads.or_else(|| {
+        by_kind
+            .values()
+            .filter_map(|times| period_of(times))
+            .min_by(f64::total_cmp)
+    })
 }
 
 /// The step of calls made once a step: their mean interval, where they repeat at all (a
@@ -100,7 +102,6 @@ fn once_a_step(times: &[u64]) -> Option<f64> {
 
 /// The period of one kind's calls (ns, oldest first) in seconds: the shortest lag, in calls,
 /// at which the time between them repeats, its mean over the whole periods of the window.
-///
 fn period_of(times: &[u64]) -> Option<f64> {
     let n = times.len();
     let longest = MAX_CALLS_PER_STEP.min(n.saturating_sub(1) / MIN_STEPS);
@@ -110,13 +111,9 @@ fn period_of(times: &[u64]) -> Option<f64> {
         .collect();
     // A lag that repeats: the share of its intervals away from their median, and the period.
     let judge = |lag: usize| -> Option<(f64, f64)> {
-        let pairs = n - lag;
-        let lagged = |sums: &[u64]| -> Vec<f64> {
-            sampled(pairs)
-                .map(|i| sums[i + lag].saturating_sub(sums[i]) as f64)
-                .collect()
-        };
-        let mut intervals = lagged(times);
+        let mut intervals: Vec<f64> = sampled(n - lag)
+            .map(|i| times[i + lag].saturating_sub(times[i]) as f64)
+            .collect();
         let middle = median(&mut intervals)?;
         let atypical = repeats(&intervals, middle)?;
         if lag > 1 && autocorrelation(&gaps, lag) < GAPS_CORRELATION_MIN {

@@ -5,7 +5,7 @@
 //! (a barrier while rank 0 writes a checkpoint) waits for it: that is no hang, and the hang's
 //! record says whom it waits for.
 
-use super::observe::SPIN_SM_ACTIVITY_MAX;
+use super::peers::SPIN_SM_ACTIVITY_MAX;
 use super::{GpuObservation, Hang};
 use crate::config::Thresholds;
 use crate::snapshot::Activity;

@@ -7,7 +7,7 @@
 //!
 //! | stage | module | what it does |
 //! |---|---|---|
-//! | observe | [`observe`], [`jobs`] | a snapshot → one [`GpuObservation`] per GPU |
+//! | observe | [`observe`], [`jobs`] | a snapshot → one [`GpuObservation`] per GPU; each rank's working peer ([`peers::mark_working_peers`]) |
 //! | window | [`WindowFigures::over`] | a GPU's observations → its window figures (each signal declared once, with its fold: `snapshot/figures.rs`) |
 //! | peers | [`peers`] | the GPUs of one job compared: busy gaps, the collectives' cap |
 //! | score | [`kinds`] | each kind's counter rule (one file per kind, [`Kind::spec`]) |
@@ -76,7 +76,8 @@ impl Analyzer {
     }
 
     /// Adds one tick of observations (the pure core, driven directly by scenario tests).
-    pub fn push(&mut self, observations: Vec<GpuObservation>, at: f64) -> Vec<GpuVerdict> {
+    pub fn push(&mut self, mut observations: Vec<GpuObservation>, at: f64) -> Vec<GpuVerdict> {
+        peers::mark_working_peers(&mut observations);
         let horizon = at - self.thresholds.window.0.as_secs_f64();
         while self
             .window

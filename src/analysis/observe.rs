@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use super::jobs::{jobs_on, working};
 use crate::snapshot::GpuObservation;
 use crate::snapshot::{
-    Activity, GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext,
-    ProcessCuda, ProcessNetwork, ProcessStacks, Snapshot,
+    GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessCuda,
+    ProcessNetwork, ProcessStacks, Snapshot,
 };
 
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
@@ -52,8 +52,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
         .iter()
         .map(|n| (n.pid, n))
         .collect();
-    let mut observations: Vec<GpuObservation> = gpu
-        .devices
+    gpu.devices
         .iter()
         .map(|device| {
             // The main GPU process: the one holding the most memory (processes are ranked).
@@ -176,54 +175,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .collect(),
             }
         })
-        .collect();
-    mark_working_peers(&mut observations);
-    observations
-}
-
-/// SM activity below which a busy GPU runs nothing but a collective's spin (an NCCL kernel
-/// keeps one block per channel: a few SMs of a hundred and more).
-pub const SPIN_SM_ACTIVITY_MAX: f64 = 0.25;
-
-/// Share of a core the main process's busiest thread uses at or above which its rank works on
-/// the host (serializing a checkpoint, evaluating), rather than sleeping in a wait.
-const WORKING_THREAD_MIN: f64 = 0.5;
-
-/// Each GPU of a group of ranks gets the first other rank of its group that works now:
-/// its GPU computing (SMs past a spin's), or its busiest thread on a CPU while it waits in
-/// no collective (its thread in no driver wait begun after a collective, its recent stack
-/// samples not all in one). A rank that waits for such a peer waits for its work; one whose
-/// peers all wait or sleep (a rank that never comes) may be hung.
-fn mark_working_peers(observations: &mut [GpuObservation]) {
-    let working: Vec<Option<String>> = observations
-        .iter()
-        .map(|o| {
-            let computing = o.busy.is_some_and(|b| b > 0.0)
-                && o.sm_activity.is_some_and(|s| s >= SPIN_SM_ACTIVITY_MAX);
-            let waiting = o.driver_wait.is_some_and(|w| w.after.is_some())
-                || o.stacks.as_ref().is_some_and(|s| {
-                    s.recent_samples > 0 && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
-                });
-            let on_cpu = !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
-            let what = if computing {
-                "its GPU computing"
-            } else {
-                "busy on the host"
-            };
-            (computing || on_cpu).then(|| {
-                let process = o.main_process.as_deref().unwrap_or("its process");
-                format!("GPU {}'s rank ({process}), {what}", o.index)
-            })
-        })
-        .collect();
-    for i in 0..observations.len() {
-        let Some(group) = observations[i].ranks.clone() else {
-            continue;
-        };
-        observations[i].working_peer = (0..observations.len())
-            .filter(|&j| j != i && observations[j].ranks.as_ref() == Some(&group))
-            .find_map(|j| working[j].clone());
-    }
+        .collect()
 }
 
 /// The node's physical link (NIC or HCA port) with the highest utilization in either
@@ -324,58 +276,6 @@ fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::snapshot::DriverWait;
-
-    /// Rank `index` of one group: its busiest thread's share of a core, and whether its thread
-    /// waits in the driver since a collective.
-    fn rank(index: u32, thread: f64, waits: bool) -> GpuObservation {
-        GpuObservation {
-            index,
-            ranks: Some("launcher:1".into()),
-            busy: Some(1.0),
-            sm_activity: Some(0.06),
-            busiest_thread: Some(thread),
-            main_process: Some(format!("pid {} (python3)", 100 + index)),
-            driver_wait: waits.then_some(DriverWait {
-                seconds: 30.0,
-                after: Some(crate::snapshot::Collective::AllReduce),
-            }),
-            ..GpuObservation::default()
-        }
-    }
-
-    #[test]
-    fn a_rank_working_on_the_host_or_its_gpu_is_its_waiting_peers_working_peer() {
-        // Rank 0 writes a checkpoint (its thread on a CPU), rank 1 waits in the barrier.
-        let mut ranks = vec![rank(0, 0.95, false), rank(1, 0.02, true)];
-        mark_working_peers(&mut ranks);
-        assert_eq!(
-            ranks[1].working_peer.as_deref(),
-            Some("GPU 0's rank (pid 100 (python3)), busy on the host")
-        );
-        assert_eq!(ranks[0].working_peer, None, "its peer waits");
-        // Both wait (a rank elsewhere never came), or the peer sleeps (never comes): nobody
-        // works; a peer computing on its GPU does.
-        let mut waiting = vec![rank(0, 0.95, true), rank(1, 0.02, true)];
-        mark_working_peers(&mut waiting);
-        assert!(waiting.iter().all(|o| o.working_peer.is_none()));
-        let mut asleep = vec![rank(0, 0.01, false), rank(1, 0.02, true)];
-        mark_working_peers(&mut asleep);
-        assert_eq!(asleep[1].working_peer, None);
-        let mut computing = vec![rank(0, 0.1, false), rank(1, 0.02, true)];
-        computing[0].sm_activity = Some(0.7);
-        mark_working_peers(&mut computing);
-        assert!(computing[1]
-            .working_peer
-            .as_deref()
-            .unwrap()
-            .ends_with("its GPU computing"));
-        // Another job's GPU is nobody's peer.
-        let mut apart = vec![rank(0, 0.95, false), rank(1, 0.02, true)];
-        apart[0].ranks = Some("launcher:2".into());
-        mark_working_peers(&mut apart);
-        assert_eq!(apart[1].working_peer, None);
-    }
 
     use super::*;
     use crate::analysis::jobs::tests::process;

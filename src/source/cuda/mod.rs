@@ -59,7 +59,9 @@ struct Maps {
     counts: Map,
     starts: Map,
     waits: Map,
-    marks: Ring,
+    /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
+    /// the rest of the probes as before.
+    marks: Option<Ring>,
 }
 
 /// Bytes of the marks' ring: 16384 marks of 32 bytes, several seconds of a collective-heavy
@@ -138,9 +140,13 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             }
             None => {}
         }
-        // Every call but a kernel launch marks the loop's cadence.
-        if probe.counted != Some(Counted::Launch) {
-            let mark = load(programs::mark(maps.marks.fd(), number))?;
+        // Every call but a kernel launch marks the loop's cadence (where the ring is).
+        if let Some(ring) = maps
+            .marks
+            .as_ref()
+            .filter(|_| probe.counted != Some(Counted::Launch))
+        {
+            let mark = load(programs::mark(ring.fd(), number))?;
             attached.push(Attached::new(pmu, path, offset, false, mark)?);
         }
         if probe.wait.is_some() {
@@ -210,7 +216,11 @@ impl CudaSource {
                 counts: Map::hash(16, 16, MAP_ENTRIES)?,
                 starts: Map::hash(8, 16, MAP_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
-                marks: Ring::new(MARKS_RING_BYTES)?,
+                marks: Ring::new(MARKS_RING_BYTES)
+                    .inspect_err(|e| {
+                        tracing::warn!("cuda probes: no BPF ring buffer ({e}): steps not timed")
+                    })
+                    .ok(),
             };
             Ok((Arc::new(maps), UprobePmu::find(sysfs)?))
         })()
@@ -446,25 +456,27 @@ impl Source for CudaSource {
             .map(|(c, w, at)| (c, w, now.saturating_sub(*at).as_secs_f64()));
         snapshot.cuda = fold(&counts, &waits, before, &self.launch_rates, &self.launches);
         self.collectives_seen.retain(|pid, _| keep.contains(pid));
-        maps.marks.drain(|record| {
-            if let Some((pid, _, ns, probe)) = programs::decode_mark(record) {
-                if keep.contains(&pid) {
-                    // A batch's upload and a graph's launch come once a step.
-                    let counted = PROBES.get(probe).and_then(|p| p.counted);
-                    let once_a_step =
-                        matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
-                    let kind = probe as u32;
-                    self.steps.add(
-                        pid,
-                        Call {
-                            ns,
-                            kind,
-                            once_a_step,
-                        },
-                    );
+        if let Some(ring) = maps.marks.as_ref() {
+            ring.drain(|record| {
+                if let Some((pid, _, ns, probe)) = programs::decode_mark(record) {
+                    if keep.contains(&pid) {
+                        // A batch's upload and a graph's launch come once a step.
+                        let counted = PROBES.get(probe).and_then(|p| p.counted);
+                        let once_a_step =
+                            matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
+                        let kind = probe as u32;
+                        self.steps.add(
+                            pid,
+                            Call {
+                                ns,
+                                kind,
+                                once_a_step,
+                            },
+                        );
+                    }
                 }
-            }
-        });
+            })
+        }
         self.steps.retain(&keep);
         let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {

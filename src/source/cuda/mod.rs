@@ -315,7 +315,24 @@ impl CudaSource {
                 mapped.insert(key);
             }
         }
-        self.libraries.retain(|key, _| mapped.contains(key));
+        // Detaching a probe waits for the kernel's uprobe bookkeeping (an RCU grace period
+        // each, tens of milliseconds on a loaded machine): done on a thread of its own, so
+        // that a process's exit does not hold up the tick.
+        let stale: Vec<(String, u64)> = self
+            .libraries
+            .keys()
+            .filter(|key| !mapped.contains(*key))
+            .cloned()
+            .collect();
+        let gone: Vec<Result<Library, String>> = stale
+            .iter()
+            .filter_map(|key| self.libraries.remove(key))
+            .collect();
+        if !gone.is_empty() {
+            let _ = std::thread::Builder::new()
+                .name("cuda-detach".into())
+                .spawn(move || drop(gone));
+        }
         *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = probed;
         let targets = self
             .libraries

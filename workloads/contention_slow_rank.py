@@ -32,12 +32,12 @@ def halves():
 CPU_HOGS = common.hogs_to_starve(len(halves()[1]), WORKERS, WORKER_BUSY)
 
 
-def hog(cpus, seconds):
-    """CPU_HOGS CPU-bound processes outside the job's tree (a shell that exits at once leaves
+def hog(cpus, seconds, count=CPU_HOGS):
+    """`count` CPU-bound processes outside the job's tree (a shell that exits at once leaves
     them to init), pinned to the slow rank's CPUs."""
     cpu_list = ",".join(str(c) for c in sorted(cpus))
     burn = f"import time; end = time.time() + {seconds}\nwhile time.time() < end: pass"
-    for _ in range(CPU_HOGS):
+    for _ in range(count):
         command = f"nohup taskset -c {cpu_list} python3 -c '{burn}' >/dev/null 2>&1 &"
         subprocess.Popen(["sh", "-c", command]).wait()
 

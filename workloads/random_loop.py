@@ -82,9 +82,10 @@ def draw_torch(seed):
     loader, step and host draws as draw(), and where it waits as real PyTorch code does —
     loss.item(), a NaN check, `if loss > x`, mask indexing, `.to("cuda")` of pageable memory,
     or no sync — with hooks on the backward thread and metric code reading host arrays drawn
-    too. One rank (collectives are NCCL's, issue 29)."""
+    too. One loop in four is two ranks meeting in NCCL (DDP or FSDP), rank 1 slowed by a cause
+    of its own or not at all (parallel())."""
     rng = random.Random(seed)
-    return {
+    loop = {
         "seed": seed,
         "family": "torch",
         **shape(rng),
@@ -100,6 +101,31 @@ def draw_torch(seed):
         "disturbance": rng.choice(["none", "none", "none", "hogs"]),
         "ranks": 1,
         "device": device(rng),
+    }
+    # Drawn last, so that a seed's other draws are those it drew before ranks existed.
+    if rng.random() < 0.25:
+        loop.update(parallel(rng, loop))
+    return loop
+
+
+def parallel(rng, loop):
+    """Two ranks meeting in NCCL as DistributedDataParallel (a bucketed all-reduce from the
+    backward pass) or FullyShardedDataParallel (all-gathers and reduce-scatters) run them, and
+    what slows rank 1, whose peer then waits in the collectives on its GPU: its loader (one
+    worker decoding), more Python a step, or nothing (balanced ranks)."""
+    straggler = rng.choice(["loader", "python", "none"])
+    own = {
+        "loader": {"loader": "decode", "workers": 1, "blur": 2.0},
+        "python": {"host_seconds": round(loop["host_seconds"] + rng.uniform(0.01, 0.05), 3)},
+        "none": {},
+    }[straggler]
+    wrapper = rng.choice(["ddp", "fsdp"])
+    return {
+        "ranks": 2,
+        wrapper: True,
+        "gradient_bytes": rng.choice([25, 100, 400]) << 20,
+        "straggler": straggler,
+        "rank_specs": {"1": own} if own else {},
     }
 
 

@@ -228,7 +228,8 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     why = getattr(module, "SKIP", lambda: "")()
     if why:
         return skipped(name, module, why)
-    work = tempfile.mkdtemp(prefix="workload-" + "".join(c if c.isalnum() else "_" for c in name) + "-")
+    # Short: the stub NCCL's unique id (128 bytes, as NCCL's) holds a path under it.
+    work = tempfile.mkdtemp(prefix="workload-" + "".join(c if c.isalnum() else "_" for c in name)[:40] + "-")
     timelines = os.path.join(work, "timelines")
     os.makedirs(timelines)
     port = free_port()
@@ -264,7 +265,8 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     command = [sys.executable, script, "--seconds", str(seconds + 30), *extra]
     command += ["--data", args.data] + (["--real"] if args.real else [])
     workload_log = open(os.path.join(work, "workload.log"), "w")
-    expected = getattr(module, "EXPECT", {0: None})
+    # A loop without declared verdicts (a random one) is judged on every GPU against its truth.
+    expected = getattr(module, "EXPECT", None) or {gpu: None for gpu in range(gpus)}
     history = {gpu: [] for gpu in expected}
     last = {}
     truths = {}
@@ -497,6 +499,9 @@ def main():
             torch = args.family == "torch"
             loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
+            if torch and loop["ranks"] > 1:
+                wrapper = "ddp" if loop.get("ddp") else "fsdp"
+                ranks += f" {wrapper}, straggler {loop['straggler']}"
             form = f"{loop['sync']}, " if torch else ""
             on = f", {loop['device']}" if loop["device"] != "hopper" else ""
             name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks}{on})"

@@ -36,7 +36,8 @@ thread, all-gathers and reduce-scatters in backward on the engine's), "rank_spec
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
 that stops arriving after 5 s, a hang for the others); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
-idles) while the others wait for it in dist.barrier().
+idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
+workers are pinned to (torchrun --bind-core-list, numactl).
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -80,6 +81,7 @@ DEFAULTS = {
     "stop_after": 0.0,
     "checkpoint_every": 0,
     "checkpoint_seconds": 0.0,
+    "cpus": None,
 }
 
 
@@ -180,6 +182,8 @@ def train(spec, args):
 
 
 def train_rank(spec, args, rank=0, store=None):
+    if spec["cpus"]:
+        os.sched_setaffinity(0, spec["cpus"])
     torch = import_torch(args.real)
     gpu = args.gpu + rank
     if spec["blocking"]:

@@ -20,7 +20,7 @@ pub fn judge(
 ) -> (KindScore, Basis, Option<f64>) {
     let share = lost.map(|l| l.share(Cause::Kind(scored.kind)));
     let premise = match phase {
-        Phase::Idle { premise } => premise(w),
+        Phase::Idle { premise } => premise(w, t),
         // Facts the device reports. Their cost is measured where an input gives it.
         Phase::Busy { measured, yields } => {
             let cost = share.filter(|_| measured(w));

@@ -17,16 +17,48 @@ const JOB_SHARE_MIN: f64 = 0.1;
 
 /// Whether the link carries the job: its namespace's traffic is a real share of the link,
 /// or, where that traffic is invisible (RDMA on an InfiniBand / RoCE port bypasses the
-/// kernel's counters), the rank is seen in its collectives.
+/// kernel's counters), the rank is seen in its collectives: in a collective's frame, or —
+/// NCCL returning at once — its host waiting in the driver while it issues collectives.
 fn carries_job(w: &WindowFigures, link: &LinkLoad, t: &Thresholds) -> bool {
     let own = w
         .job_ingress
         .unwrap_or(0.0)
         .max(w.job_egress.unwrap_or(0.0));
-    let in_collectives = w
-        .stack_share(crate::snapshot::Activity::Collective)
-        .is_some_and(|s| s >= t.premise_share_min);
+    let in_collectives = [
+        w.stack_share(crate::snapshot::Activity::Collective),
+        w.collective_wait,
+    ]
+    .into_iter()
+    .flatten()
+    .any(|s| s >= t.premise_share_min);
     own >= JOB_SHARE_MIN * link.speed_bytes_per_second || in_collectives
+}
+
+/// The share of its maximum bandwidth left to the GPU's own PCIe link, where it trained below
+/// its maximum generation or width while the GPU works (more than half the time busy: idle
+/// links drop their speed on purpose to save power); `None` on a healthy or idle link.
+pub fn link_degraded_under_load(w: &WindowFigures) -> Option<f64> {
+    w.pcie_bandwidth_share
+        .filter(|share| *share < 1.0 && w.busy.is_some_and(|busy| busy > 0.5))
+}
+
+/// The share of the window the GPU spun in NCCL's kernels, where the process issues NCCL
+/// collectives (`collective_wait` known: the CUDA probes saw one lately). Ranks that exchange
+/// gradients step together, so a rank's GPU busier with empty SMs than its job's least busy
+/// rank spun that much longer waiting for it (`spin_excess`; identical ranks spin alike, so a
+/// balanced job's empty SMs are its own kernels'), whether or not its host waited for the GPU
+/// meanwhile (a loop that syncs every few steps runs ahead). Where its collectives cross a
+/// saturated or slow link (the evidence of [`inter_node`] at half strength or more), every
+/// rank spins for the wire: as long as its host waited in the driver after issuing them, at
+/// most as long as its SMs sat empty.
+pub fn spun_in_collectives(w: &WindowFigures, t: &Thresholds) -> Option<f64> {
+    let wait = w.collective_wait?;
+    let for_the_wire = inter_node(w, t).iter().any(|e| e.strength >= 0.5);
+    let wire = w
+        .busy
+        .filter(|_| for_the_wire)
+        .map(|busy| wait.min((busy - w.sm_activity.unwrap_or(0.0)).max(0.0)));
+    [w.spin_excess, wire].into_iter().flatten().reduce(f64::max)
 }
 
 /// "eth0 (25 Gb/s) at 80 % in, 3 % out".

@@ -113,7 +113,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 step: main.and_then(|p| cuda.get(&p.pid)).and_then(|c| c.step),
                 collective_wait: main
                     .and_then(|p| cuda.get(&p.pid))
-                    .map(|c| c.collective_wait_ratio()),
+                    .and_then(|c| c.collective_wait_ratio()),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

@@ -78,6 +78,8 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// with its SMs empty than the least busy rank's: identical ranks step together, so a rank
 /// busier than a peer with nothing on its SMs spun that long in a collective waiting for it
 /// (stacks not needed: what says the rank waited for a collective is its own driver waits).
+/// Where the device reports no SM activity (no GPM: A100, A10, L4), the excess busy time
+/// alone bounds it.
 fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let known: Option<Vec<(f64, f64)>> = members
         .iter()
@@ -85,7 +87,7 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
             let w = &windows[i];
             let own = main_work_share(w).unwrap_or(1.0);
             let busy = w.busy?.clamp(0.0, 1.0);
-            let empty = (busy - w.sm_activity?).max(0.0);
+            let empty = w.sm_activity.map_or(busy, |sm| (busy - sm).max(0.0));
             Some((busy * own, empty * own))
         })
         .collect();

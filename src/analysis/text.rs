@@ -119,8 +119,13 @@ pub fn reason(reason: &Reason) -> String {
         Reason::FollowedThread { tid } => format!(
             "the samples are of thread {tid}, which drives the GPU while the main thread touches no CUDA (the training function runs on a thread of its own)"
         ),
+        Reason::DegradedLink { bandwidth, share } => format!(
+            "the GPU's PCIe link runs at {} of its maximum bandwidth: the idle time nothing else explains ({} of the time) is the link's",
+            percent(*bandwidth),
+            percent(*share)
+        ),
         Reason::SpunForPeers { share } => format!(
-            "the host waited in the CUDA driver after issuing NCCL collectives while its GPU was busier, with its SMs empty, than its job's least busy rank: it spun {} of the time in the collectives, waiting for its peers",
+            "the process issues NCCL collectives and its GPU was busier, with its SMs empty, than its job's least busy rank (or the host waited in the driver while they crossed a saturated link): it spun {} of the time in the collectives, waiting for its peers or the wire",
             percent(*share)
         ),
         Reason::PeersAsBusy { at_most, seen } => format!(

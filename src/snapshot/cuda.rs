@@ -177,28 +177,27 @@ const RECENT_COLLECTIVE_S: f64 = 2.0;
 
 impl ProcessCuda {
     /// Share of the last interval the thread that drives the GPU spent inside driver waits,
-    /// where the process issued an NCCL collective lately (else 0): NCCL returned at once, so
-    /// the host meets the collective's wait at its next sync, and those waits include it.
-    pub fn collective_wait_ratio(&self) -> f64 {
+    /// where the process issued an NCCL collective lately (`None` where it issued none): NCCL
+    /// returned at once, so the host meets the collective's wait at its next sync, and those
+    /// waits include it.
+    pub fn collective_wait_ratio(&self) -> Option<f64> {
         // A wait begun after the last collective and still going on (timed only when it
         // returns) is the collective's: the whole interval, once it has lasted that long.
         let stuck = self
             .driver_wait()
             .is_some_and(|w| w.after.is_some() && w.seconds >= RECENT_COLLECTIVE_S);
         if stuck {
-            return 1.0;
+            return Some(1.0);
         }
         let recent = self
             .last_collective
             .is_some_and(|(_, ago)| ago <= RECENT_COLLECTIVE_S);
         if !recent {
-            return 0.0;
+            return None;
         }
         let tid = self.driving_thread().unwrap_or(self.pid);
-        self.threads
-            .iter()
-            .find(|t| t.tid == tid)
-            .map_or(0.0, |t| t.wait_ratio)
+        let waited = self.threads.iter().find(|t| t.tid == tid);
+        Some(waited.map_or(0.0, |t| t.wait_ratio))
     }
 }
 
@@ -256,16 +255,16 @@ mod tests {
     #[test]
     fn waits_count_for_collectives_issued_lately_or_begun_after_the_last_one() {
         let mut p = process(&[(10, 0.0, 0.4)]);
-        assert_eq!(p.collective_wait_ratio(), 0.0);
+        assert_eq!(p.collective_wait_ratio(), None);
         p.last_collective = Some((Collective::AllReduce, 1.0));
-        assert_eq!(p.collective_wait_ratio(), 0.4);
+        assert_eq!(p.collective_wait_ratio(), Some(0.4));
         // Long ago, and the thread waits in a wait begun before it: not the collective's.
         p.last_collective = Some((Collective::AllReduce, 30.0));
         p.waiting_seconds = Some(40.0);
-        assert_eq!(p.collective_wait_ratio(), 0.0);
+        assert_eq!(p.collective_wait_ratio(), None);
         // In one wait ever since the collective (a hang): all of the time.
         p.waiting_seconds = Some(25.0);
-        assert_eq!(p.collective_wait_ratio(), 1.0);
+        assert_eq!(p.collective_wait_ratio(), Some(1.0));
     }
 
     #[test]

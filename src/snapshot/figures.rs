@@ -131,7 +131,8 @@ figures! {
         /// and NCCL (`None`: unprobed, or no repeating step found).
         step: Option<Step> => last -> Option<Step>,
         /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
-        /// driver while it issued NCCL collectives (`None`: no CUDA probes on it).
+        /// driver while it issued NCCL collectives (`None`: no CUDA probes on it, or no
+        /// collective issued lately).
         collective_wait: Option<f64> => mean -> Option<f64>,
         /// Number of the main GPU process's main thread, busiest other thread and workers
         /// waiting for a CPU.

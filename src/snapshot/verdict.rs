@@ -278,10 +278,20 @@ pub enum Reason {
         /// What the stacks alone would charge.
         seen: f64,
     },
-    /// The host waited in the CUDA driver after issuing collectives while the GPU was busier,
-    /// with its SMs empty, than the job's least busy rank: it spun `share` of the time in the
-    /// collectives, waiting for its peers.
+    /// The process issues NCCL collectives and its GPU was busier, with its SMs empty, than
+    /// the job's least busy rank (or its host waited in the driver while they crossed a
+    /// saturated link): it spun `share` of the time in the collectives, waiting for its peers
+    /// or the wire.
     SpunForPeers {
+        /// Share of the window.
+        share: f64,
+    },
+    /// The idle time nothing the main thread did explains, `share` of the window, on a GPU
+    /// whose PCIe link trained at `bandwidth` of its maximum while it works: charged to the
+    /// link.
+    DegradedLink {
+        /// Share of its maximum bandwidth the link has.
+        bandwidth: f64,
         /// Share of the window.
         share: f64,
     },

@@ -4,7 +4,9 @@
 
 use crate::common::scenario::{active, healthy, remote_loader, run, run_many, stacks};
 use gpu_bottleneck_exporter::analysis::GpuObservation;
-use gpu_bottleneck_exporter::analysis::{Basis, Cause, GpuVerdict, InputSource, Kind, Primary};
+use gpu_bottleneck_exporter::analysis::{
+    text, Basis, Cause, GpuVerdict, InputSource, Kind, Primary,
+};
 use gpu_bottleneck_exporter::snapshot::{Activity, PerActivity, ProcessStacks, Reason};
 
 /// A main thread's stacks with the given shares (loader, sync, collective, python, other).
@@ -267,6 +269,32 @@ fn what_the_stacks_contradict_cannot_be_active() {
         o
     });
     assert!(active(&verdict).contains(&Kind::Communication));
+    // The same link where nothing the thread did explains the idle time (it sleeps outside
+    // any wait the stacks name, 35 % of the time idle): the link is the primary, not
+    // "undetermined" beside it.
+    let degraded = |bandwidth: f64| {
+        run(40, move |_| {
+            let mut o = healthy("GPU-a");
+            o.busy = Some(0.65);
+            o.pcie_bandwidth_share = Some(bandwidth);
+            o.stacks = seen(100, [0.0, 0.1, 0.0, 0.4, 0.5]);
+            o
+        })
+    };
+    let verdict = degraded(0.032);
+    assert_eq!(verdict.primary, Primary::Bottleneck(Kind::Communication));
+    let lost = verdict.lost.as_ref().unwrap();
+    assert!(
+        lost.share(Cause::Kind(Kind::Communication)) > 0.25,
+        "{lost:?}"
+    );
+    assert!(lost.share(Cause::Unexplained) < 0.01, "{lost:?}");
+    assert!(lost
+        .reasons
+        .iter()
+        .any(|r| text::reason(r).contains("PCIe link runs at 3 %")));
+    // Near miss: a full link leaves the same idle time unexplained.
+    assert_eq!(degraded(1.0).primary, Primary::Undetermined);
     // Too few samples: the counters decide, and say so.
     let verdict = run(40, |_| {
         let mut o = healthy("GPU-a");

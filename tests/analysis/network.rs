@@ -150,3 +150,51 @@ fn collectives_over_a_saturated_slow_link_are_inter_node_communication() {
     assert!(evidence(&verdict, Kind::Communication, "slow_link").is_none());
     assert!(!explanation(&verdict).contains("network link"));
 }
+
+/// Real DDP over a saturated link: NCCL returns at once, the host waits at the step's sync
+/// (a sync in the stacks, timed in the driver by the probes while all-reduces are issued),
+/// and the GPU reads busy — NCCL's kernels spin, SMs empty — while the gradients cross the
+/// wire. No GPU starves, no frame names a collective, and every rank spins alike: the link
+/// names itself anyway.
+#[test]
+fn a_saturated_link_names_itself_while_the_gpus_spin_in_nccl() {
+    let spinning = |utilization: f64| {
+        run(40, move |_| {
+            let mut o = healthy("GPU-a");
+            o.busy = Some(0.97);
+            o.sm_activity = Some(0.4);
+            o.idle_share = Some(0.02);
+            o.stacks = stacks(Activity::GpuSync, 0.6);
+            o.collective_wait = Some(0.6);
+            o.link = Some(LinkLoad {
+                name: "ib0".into(),
+                speed_bytes_per_second: 25.0 * 125e6,
+                receive_utilization: utilization,
+                transmit_utilization: utilization,
+                transmit_wait_per_second: None,
+            });
+            o
+        })
+    };
+    let saturated = spinning(0.95);
+    assert_eq!(saturated.primary, Primary::Bottleneck(Kind::Communication));
+    let communication =
+        saturated
+            .lost
+            .as_ref()
+            .unwrap()
+            .share(gpu_bottleneck_exporter::snapshot::Cause::Kind(
+                Kind::Communication,
+            ));
+    // At most the time its SMs sat empty (0.57), at most the host's wait (0.6).
+    assert!((0.5..=0.58).contains(&communication), "{communication}");
+    let link = evidence(&saturated, Kind::Communication, "busiest_link").unwrap();
+    assert!(
+        link.contains("ib0 (25 Gb/s) at 95 % in, 95 % out"),
+        "{link}"
+    );
+    assert!(explanation(&saturated).contains("network link"));
+    // Near miss: the same loop with the link quiet waits for its own small kernels.
+    let quiet = spinning(0.05);
+    assert_eq!(quiet.primary, Primary::Bottleneck(Kind::KernelEfficiency));
+}

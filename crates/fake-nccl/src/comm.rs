@@ -41,9 +41,17 @@ const LATENCY_S: f64 = 20e-6;
 /// Shares of the GPU an NCCL kernel keeps busy: one block per channel, a few SMs of 132.
 const SPIN_SM: f64 = 0.06;
 
-/// The words this process's kernels spin on, one per slot of the ring; never freed, since the
-/// driver may read one until its kernel ends.
+/// The words this process's kernels spin on; never freed, since the driver may read one until
+/// its kernel ends.
 type Words = &'static [AtomicU64];
+
+/// Words per communicator: twice the shared ring's slots. A rank running ahead of its peers
+/// reuses collective n's word at n + WORDS, whose slot it can claim only once every rank's
+/// kernel of n + SLOTS has its end — its own kernel of n + SLOTS started, so its kernel of n,
+/// queued before, has ended and its word is read. With one word per slot, a rank SLOTS
+/// collectives ahead (a loop that never syncs) could clear the word its own kernel of n still
+/// waited on: a hang.
+const WORDS: u64 = 2 * SLOTS;
 
 /// What the communicator's thread shares with the calls.
 struct InFlight {
@@ -104,7 +112,7 @@ impl Comm {
         while shared.joined() < ranks as u64 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let words: Words = Vec::from_iter((0..SLOTS).map(|_| AtomicU64::new(0))).leak();
+        let words: Words = Vec::from_iter((0..WORDS).map(|_| AtomicU64::new(0))).leak();
         let in_flight = Arc::new(InFlight {
             numbers: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -142,9 +150,10 @@ impl Comm {
     ) -> Result<(), c_int> {
         let driver = cuda::driver().ok_or(crate::UNHANDLED_CUDA_ERROR)?;
         let number = self.issued.fetch_add(1, Ordering::SeqCst);
-        self.shared.claim(number, bytes, operation as u32);
+        self.shared
+            .claim(number, bytes, operation as u32, self.ranks);
         self.shared.count_issued(self.rank);
-        let word = &self.words[(number % SLOTS) as usize];
+        let word = &self.words[(number % WORDS) as usize];
         word.store(0, Ordering::SeqCst);
         let transfer =
             LATENCY_S + operation.bus_factor(self.ranks) * bytes as f64 / self.bus_bytes_per_s;
@@ -201,7 +210,7 @@ impl Comm {
         self.aborted.store(true, Ordering::SeqCst);
         let now = now_ns();
         for (number, _) in self.lock_in_flight().drain(..) {
-            self.words[(number % SLOTS) as usize].store(now, Ordering::SeqCst);
+            self.words[(number % WORDS) as usize].store(now, Ordering::SeqCst);
         }
     }
 }
@@ -220,7 +229,7 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks
         std::thread::sleep(Duration::from_micros(250));
         let mut numbers = in_flight.numbers.lock().unwrap_or_else(|p| p.into_inner());
         numbers.retain_mut(|(number, told)| {
-            let word = &words[(*number % SLOTS) as usize];
+            let word = &words[(*number % WORDS) as usize];
             if !*told {
                 let mut start = 0;
                 // SAFETY: the word is this process's, the out-pointer a local.
@@ -237,6 +246,7 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks
                 0 => true,
                 end => {
                     word.store(end, Ordering::SeqCst);
+                    shared.read_end(*number);
                     false
                 }
             }

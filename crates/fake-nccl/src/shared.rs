@@ -9,7 +9,7 @@
 //! | 0 | u32 ranks (set by the first to join), u32 0 |
 //! | 8 | u64 ranks joined |
 //! | 64 | per rank, 32 bytes: u32 pid, i32 device, u64 bus bytes per second, u64 collectives issued, u64 0 |
-//! | 64 + 32 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 0, then per rank its kernel's start (ns; 0 until known) |
+//! | 64 + 32 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 ranks whose kernels have read the end, then per rank its kernel's start (ns; 0 until known) |
 
 use std::fs::OpenOptions;
 use std::io;
@@ -121,8 +121,10 @@ impl Shared {
     }
 
     /// Takes collective `number`'s slot: the first rank to reach it clears it; a rank that
-    /// finds it still held by the collective SLOTS before (a peer that far behind) waits.
-    pub fn claim(&self, number: u64, bytes: u64, operation: u32) {
+    /// finds it still held by the collective SLOTS before (a peer that far behind), or that
+    /// collective's end not yet read by each of the `ranks` (their kernels still wait on it),
+    /// waits.
+    pub fn claim(&self, number: u64, bytes: u64, operation: u32, ranks: usize) {
         let at = Self::slot_at(number);
         let tag = self.u64_at(at);
         loop {
@@ -130,7 +132,8 @@ impl Shared {
             if held == number + 1 {
                 return;
             }
-            let previous_done = held == 0 || self.u64_at(at + 8).load(Ordering::SeqCst) != 0;
+            let previous_done =
+                held == 0 || self.u32_at(at + 28).load(Ordering::SeqCst) as usize >= ranks;
             if held < number + 1 && previous_done {
                 // Cleared before it is tagged, so that a peer that sees the tag sees it clear.
                 if tag
@@ -140,6 +143,7 @@ impl Shared {
                     self.u64_at(at + 8).store(0, Ordering::SeqCst);
                     self.u64_at(at + 16).store(bytes, Ordering::SeqCst);
                     self.u32_at(at + 24).store(operation, Ordering::SeqCst);
+                    self.u32_at(at + 28).store(0, Ordering::SeqCst);
                     for rank in 0..MAX_RANKS {
                         self.u64_at(at + 32 + 8 * rank).store(0, Ordering::SeqCst);
                     }
@@ -154,6 +158,13 @@ impl Shared {
     /// The word collective `number`'s kernels spin on: when its wait ends (0 until known).
     pub fn end_word(&self, number: u64) -> &AtomicU64 {
         self.u64_at(Self::slot_at(number) + 8)
+    }
+
+    /// Says that one rank's kernel of collective `number` has its end: the slot may be reused
+    /// once every rank's has.
+    pub fn read_end(&self, number: u64) {
+        self.u32_at(Self::slot_at(number) + 28)
+            .fetch_add(1, Ordering::SeqCst);
     }
 
     /// Records when `rank`'s kernel of collective `number` started; once every rank has, the

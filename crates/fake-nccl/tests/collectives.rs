@@ -179,6 +179,41 @@ fn a_collective_returns_at_once_and_spins_on_the_gpu_until_the_last_rank_arrives
     assert!((1_040_000..1_070_000).contains(&transfer), "{transfer} ns");
 }
 
+/// A loop that never syncs runs far ahead of a slower peer: hundreds of collectives queued on
+/// its GPU, more than the ring shared between the ranks holds. Every one completes on both
+/// GPUs, the last ending together (a slot reused before every rank had read its end, and one
+/// word per slot, each left a queued kernel waiting on a later collective's end: a hang).
+#[test]
+fn a_rank_hundreds_of_collectives_ahead_of_its_peer_still_completes_each() {
+    cuda();
+    const ISSUED: usize = 700;
+    let id = unique_id();
+    let (done, finished) = std::sync::mpsc::channel();
+    for (rank, device) in [(0, 6), (1, 7)] {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let comm = join(id, rank, device);
+            for n in 0..ISSUED {
+                if rank == 1 && n % 20 == 0 {
+                    std::thread::sleep(Duration::from_millis(2)); // the slower rank's host
+                }
+                assert_eq!(all_reduce(comm, 256), SUCCESS);
+            }
+            assert_eq!(unsafe { (cuda().synchronize)() }, 0);
+            done.send(rank).unwrap();
+        });
+    }
+    for _ in 0..2 {
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a rank's collectives never completed: hung");
+    }
+    // Back-to-back collectives of one process are one record on its timeline.
+    let last = |device| collectives(device).last().map(|k| k.end_ns);
+    assert!(last(6).is_some());
+    assert_eq!(last(6), last(7));
+}
+
 #[test]
 fn a_rank_that_never_arrives_leaves_the_other_spinning_until_it_aborts() {
     cuda();

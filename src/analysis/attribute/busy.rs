@@ -2,11 +2,19 @@
 //! collective's spinning kernels, empty SMs, held-down clocks.
 
 use super::{add, NOTED};
+use crate::analysis::network;
 use crate::analysis::{Cause, Kind, LostTime, WindowFigures};
+use crate::config::Thresholds;
 use crate::snapshot::Reason;
 
 /// Busy time that did no useful work for the main job, each part capped by what is left.
-pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_collective: f64) {
+pub(super) fn split_busy(
+    lost: &mut LostTime,
+    w: &WindowFigures,
+    busy: f64,
+    in_collective: f64,
+    t: &Thresholds,
+) {
     let mut left = busy;
     let mut take = |lost: &mut LostTime, cause: Kind, share: f64| {
         let taken = share.clamp(0.0, left);
@@ -31,15 +39,9 @@ pub(super) fn split_busy(lost: &mut LostTime, w: &WindowFigures, busy: f64, in_c
         lost.reasons
             .push(Reason::PeersAsBusy { at_most: cap, seen });
     }
-    // Real PyTorch's host meets a collective at its next sync (NCCL returns at once): where
-    // the probes saw the GPU-driving thread wait in the driver while the process issued
-    // collectives, the GPU spun in them for at most that long, and at most as long as it was
-    // busier with empty SMs than its job's least busy rank (identical ranks spin alike, so a
-    // balanced job's waits are its own work's).
-    let after_collectives = w
-        .collective_wait
-        .zip(w.spin_excess)
-        .map_or(0.0, |(wait, excess)| wait.min(excess));
+    // Real PyTorch's collectives return at once and spin on the GPU: the probes (collectives
+    // issued, the host's waits) and the job's other ranks bound how long.
+    let after_collectives = network::spun_in_collectives(w, t).unwrap_or(0.0);
     if after_collectives > seen.min(cap) {
         lost.reasons.push(Reason::SpunForPeers {
             share: after_collectives,

@@ -3,6 +3,7 @@
 
 use super::loader::{split_loader, storage_busy};
 use super::{add, cpu_wait_caused_by_others, note};
+use crate::analysis::network;
 use crate::analysis::score::IDLE_BUSY;
 use crate::analysis::{Cause, InputSource, Kind, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
@@ -71,7 +72,19 @@ pub(super) fn split_observed(
     let communication = collective * idle_in_fed;
     add(lost, Cause::Kind(Kind::Communication), communication);
     note(lost, collective, Reason::InCollectives { seen: collective });
-    add(lost, Cause::Unexplained, other * idle_in_starved);
+    // Idle time nothing the thread did explains, on a GPU whose own link trained below its
+    // maximum while it works: the link (copies crawl across it while the GPU waits).
+    let unexplained = other * idle_in_starved;
+    match network::link_degraded_under_load(w) {
+        Some(bandwidth) if unexplained > 0.0 => {
+            add(lost, Cause::Kind(Kind::Communication), unexplained);
+            lost.reasons.push(Reason::DegradedLink {
+                bandwidth,
+                share: unexplained,
+            });
+        }
+        _ => add(lost, Cause::Unexplained, unexplained),
+    }
     (collective - communication).max(0.0)
 }
 

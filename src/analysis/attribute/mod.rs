@@ -84,7 +84,7 @@ pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> O
             0.0
         }
     };
-    busy::split_busy(&mut lost, w, busy, in_collective_while_busy);
+    busy::split_busy(&mut lost, w, busy, in_collective_while_busy, t);
     Some(lost)
 }
 

@@ -4,11 +4,14 @@
 //! Evidence: the busy gap to the busiest GPU of the same job (pod, Slurm job, one process on
 //! several GPUs) past `job_imbalance`; seen in the stacks, the main thread mostly in a
 //! collective, whichever GPU looks busier (NCCL's kernels spin on the waiting GPU); a PCIe
-//! link trained below its maximum generation or width while the GPU works; collectives
-//! crossing a saturated or slow link of the node while the GPU waits; with the CUDA probes, the
-//! host waiting in the driver while the process issues NCCL collectives (real PyTorch meets a
-//! collective at its next sync), bounded by how much longer the GPU was busy with empty SMs
-//! than its job's least busy rank (`spun_for_peers`). Observed, its cost is the idle time the
+//! link trained below its maximum generation or width while the GPU works (and then the idle
+//! time nothing the main thread did explains is the link's); collectives crossing a saturated
+//! or slow link of the node while the GPU waits — starved, or busy spinning in NCCL's kernels
+//! while its host waits in the driver after issuing them; with the CUDA probes, the process
+//! issuing NCCL collectives (real PyTorch's return at once and spin on the GPU) while its
+//! GPU is busy with empty SMs longer than its job's least busy rank (`spun_for_peers`; every
+//! rank spins alike for a saturated link: there the host's waits in the driver, at most the
+//! empty-SM time). Observed, its cost is the idle time the
 //! main thread spent in collectives, plus the busy time its GPU spun in them: at most the time
 //! its SMs sat empty (a spinning collective leaves them so) and, beside peers whose stacks are
 //! seen, at most its excess over the least busy of them.
@@ -35,12 +38,12 @@ pub(super) const SPEC: KindSpec = KindSpec {
 };
 
 /// The main thread seen in a collective, or — real PyTorch's shape, NCCL returning at once —
-/// the GPU-driving thread waiting in the CUDA driver while the process issued collectives, its
-/// GPU busier with empty SMs than its job's least busy rank (the sync the host meets the
-/// collective at is in the stacks as a sync, not a collective).
-fn premise(w: &WindowFigures) -> Premise {
+/// the process issuing collectives while its GPU spins in them (busier with empty SMs than its
+/// job's least busy rank, or its collectives crossing a saturated link): the host meets the
+/// collective at a sync, in the stacks as a sync, or not at all.
+fn premise(w: &WindowFigures, t: &Thresholds) -> Premise {
     let stacks = Premise::seen(w, Signal::MainThreadInCollective, Activity::Collective);
-    match spun_for_peers(w) {
+    match network::spun_in_collectives(w, t) {
         Some(spun) if spun > stacks.share => Premise {
             signal: Signal::SpunForPeers,
             activity: Activity::GpuSync,
@@ -48,15 +51,6 @@ fn premise(w: &WindowFigures) -> Premise {
         },
         _ => stacks,
     }
-}
-
-/// The share of the window the GPU spun in collectives for its peers, as the CUDA probes and
-/// the peer comparison bound it: the driver waits while collectives were issued, at most the
-/// excess of empty-SM busy time over the job's least busy rank.
-fn spun_for_peers(w: &WindowFigures) -> Option<f64> {
-    w.collective_wait
-        .zip(w.spin_excess)
-        .map(|(wait, excess)| wait.min(excess))
 }
 
 fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
@@ -75,16 +69,15 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
     let spun = rule
         .alternative(
             Signal::SpunForPeers,
-            spun_for_peers(w),
+            network::spun_in_collectives(w, t),
             t.lost_share_high,
             high,
         )
         .unwrap_or(0.0);
-    let degraded_while_busy = match (w.pcie_bandwidth_share, w.busy) {
-        // A link trained below its maximum while the GPU works (idle links drop on purpose):
-        // the less bandwidth it has left, the surer the cause. Half the bandwidth scores
-        // 0.75, a gen 2 x4 link of a gen 5 x16 slot (3 % left) 0.98.
-        (Some(share), Some(busy)) if share < 1.0 && busy > 0.5 => {
+    let degraded_while_busy = match network::link_degraded_under_load(w) {
+        // The less bandwidth the link has left, the surer the cause. Half the bandwidth
+        // scores 0.75, a gen 2 x4 link of a gen 5 x16 slot (3 % left) 0.98.
+        Some(share) => {
             let score = 0.5 + 0.5 * (1.0 - share);
             rule.fact(
                 Signal::PcieBandwidthShare,
@@ -96,9 +89,16 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
         }
         _ => 0.0,
     };
-    // Collectives crossing a saturated link while the GPU waits.
+    // Collectives crossing a saturated or slow link while the GPU waits for them: starved,
+    // or busy spinning in NCCL's kernels while its host waits in the driver after issuing
+    // them (real DDP's shape: the link names itself while the GPUs read busy).
     let starving = w.busy.map_or(0.0, |b| low(b, t.gpu_starved_below));
-    let link = rule.scored(network::inter_node(w, t)).min(starving);
+    let spinning = w
+        .collective_wait
+        .map_or(0.0, |wait| high(wait, t.lost_share_high));
+    let link = rule
+        .scored(network::inter_node(w, t))
+        .min(starving.max(spinning));
     rule.done(
         Kind::Communication,
         gap.max(degraded_while_busy)

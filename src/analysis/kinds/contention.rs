@@ -33,7 +33,7 @@ pub(super) const SPEC: KindSpec = KindSpec {
 
 /// The CPU side the job waits on: the loop's Python, or its loader, whichever it was seen in
 /// more; the premise holds in both together.
-fn premise(w: &WindowFigures) -> Premise {
+fn premise(w: &WindowFigures, _: &Thresholds) -> Premise {
     let share = |a| w.stack_share(a).unwrap_or(0.0);
     let (loader, python) = (share(Activity::DataLoader), share(Activity::Python));
     let (signal, activity) = if python > loader {

@@ -27,7 +27,7 @@ pub(super) const SPEC: KindSpec = KindSpec {
     advice,
 };
 
-fn premise(w: &WindowFigures) -> Premise {
+fn premise(w: &WindowFigures, _: &Thresholds) -> Premise {
     Premise::seen(w, Signal::MainThreadInPython, Activity::Python)
 }
 

@@ -49,7 +49,7 @@ pub enum Phase {
     /// main thread was seen in its premise; elsewhere the counter rule's score stands.
     Idle {
         /// The premise, from the window's stacks.
-        premise: fn(&WindowFigures) -> Premise,
+        premise: fn(&WindowFigures, &Thresholds) -> Premise,
     },
     /// Busy time wasted (empty SMs, held-down clocks): a fact the device reports, its cost the
     /// split's share where `measured` holds.
@@ -126,7 +126,7 @@ pub fn pipeline() -> impl Iterator<Item = Kind> {
 }
 
 /// The premise shared by the loader-side kinds: the main thread waiting for its loader.
-fn waits_for_loader(w: &WindowFigures) -> Premise {
+fn waits_for_loader(w: &WindowFigures, _: &Thresholds) -> Premise {
     Premise::seen(w, Signal::MainThreadWaitsForLoader, Activity::DataLoader)
 }
 

@@ -5,6 +5,7 @@ communication, rank 2 its own cause. The ranks wait for their GPU in blocking mo
 (cudaDeviceScheduleBlockingSync): four spinning hosts would fill this two-core test machine,
 where a real node has cores to spare for each rank. Written as PyTorch code
 (workloads/torch_loop.py) on the emulated torch."""
+import communication_ddp_straggler
 import torch_loop
 
 GPUS = 4
@@ -12,16 +13,15 @@ EXPECT = {0: "communication", 1: "communication", 2: "data_cpu", 3: "communicati
 # The waiting ranks' hosts wait in loss.item(): only the CUDA probes tie the wait to the
 # collectives.
 SKIP = torch_loop.probes_unavailable
+# The two-rank DDP straggler's loop on four ranks, one worker each, rank 2 the late one.
 SPEC = {
+    **communication_ddp_straggler.SPEC,
     "ranks": 4,
-    "ddp": True,
-    "sync": "item",
     "blocking": True,
-    "loader": "light",
     "workers": 1,
-    "step_seconds": 0.06,
-    "rank_specs": {"2": {"loader": "decode", "workers": 1, "blur": 2.0}},
+    "rank_specs": {"2": communication_ddp_straggler.SPEC["rank_specs"]["1"]},
 }
+
 
 if __name__ == "__main__":
     torch_loop.main(spec=SPEC)

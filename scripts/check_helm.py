@@ -183,7 +183,8 @@ def main():
     # CAP_SYS_PTRACE (the stacks) and CAP_BPF + CAP_PERFMON (the CUDA probes) are on by default,
     # in the chart and in deploy/, and are the only capabilities added; `ptrace: false` with
     # `cudaProbes: false` and the deploy/kubernetes/restricted overlay drop every one, and each
-    # toggle alone drops its own.
+    # toggle alone drops its own. CAP_SYS_ADMIN (NCCL's RAS inside a job's network namespace)
+    # is added only with `ncclRas: true`.
     def capabilities(daemonset):
         return daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]
 
@@ -195,7 +196,8 @@ def main():
     if (default_caps != {"drop": ["ALL"], "add": ["SYS_PTRACE", "BPF", "PERFMON"]}
             or restricted_caps != {"drop": ["ALL"]}
             or caps_with({"ptrace": False}) != {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
-            or caps_with({"cudaProbes": False}) != {"drop": ["ALL"], "add": ["SYS_PTRACE"]}):
+            or caps_with({"cudaProbes": False}) != {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+            or caps_with({"ncclRas": True}) != {"drop": ["ALL"], "add": ["SYS_PTRACE", "BPF", "PERFMON", "SYS_ADMIN"]}):
         problems.append(f"capabilities: default {default_caps}, with ptrace and cudaProbes false {restricted_caps}")
     with open("deploy/kubernetes/restricted/kustomization.yaml") as f:
         overlay = yaml.safe_load(f)

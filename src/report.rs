@@ -193,8 +193,13 @@ fn hang_summary(hang: &crate::analysis::Hang) -> String {
         .as_ref()
         .map(|peer| format!("; not hung: it waits for {peer}"))
         .unwrap_or_default();
+    let peers = hang
+        .peers
+        .as_ref()
+        .map(|p| format!("; {}", p.summary))
+        .unwrap_or_default();
     format!(
-        "in {frame} for {} min {} s, the GPU spinning busy{waiting}",
+        "in {frame} for {} min {} s, the GPU spinning busy{waiting}{peers}",
         seconds / 60,
         seconds % 60
     )
@@ -258,6 +263,12 @@ pub fn diagnosis_json(verdicts: &[GpuVerdict], simulated: bool) -> Value {
                     "seconds": hang.seconds,
                     "frame": hang.frame,
                     "waiting_for": hang.waiting_for,
+                    "nccl_ras": hang.peers.as_ref().map(|p| json!({
+                        "answered": p.answered,
+                        "missing_ranks": p.missing_ranks,
+                        "ranks_behind": p.ranks_behind,
+                        "summary": p.summary,
+                    })),
                     "summary": hang_summary(hang),
                 });
             }

@@ -31,6 +31,9 @@ pub struct Sampler {
     /// Whether the next tick looks for the node's busiest processes (see
     /// [`Snapshot::culprits_wanted`]).
     culprits_wanted: bool,
+    /// The GPU processes whose NCCL RAS service the next tick asks (see
+    /// [`Snapshot::ras_wanted`]).
+    ras_wanted: Vec<u32>,
 }
 
 impl Sampler {
@@ -45,6 +48,7 @@ impl Sampler {
             node: String::new(),
             metrics: Metrics::default(),
             culprits_wanted: false,
+            ras_wanted: Vec::new(),
         }
     }
 
@@ -89,6 +93,7 @@ impl Sampler {
             samples_total: self.samples_total,
             node: self.node.clone(),
             culprits_wanted: self.culprits_wanted,
+            ras_wanted: self.ras_wanted.clone(),
             ..Snapshot::default()
         };
         for (source, (last, errors_total)) in self.sources.iter_mut().zip(&mut self.history) {
@@ -121,6 +126,17 @@ impl Sampler {
         self.culprits_wanted = snapshot.verdicts.iter().flat_map(|v| &v.kinds).any(|k| {
             k.scored.kind.spec().wants_culprits && k.scored.score.is_some_and(|s| s >= leave_score)
         });
+        // A hang tracked for half of hang_after: RAS's answer is in by the time it is named.
+        let half_hang = self.analyzer.thresholds().hang_after.0.as_secs_f64() / 2.0;
+        self.ras_wanted = snapshot
+            .verdicts
+            .iter()
+            .filter_map(|v| v.hang.as_ref())
+            .filter(|h| h.seconds >= half_hang)
+            .filter_map(|h| h.pid)
+            .collect();
+        self.ras_wanted.sort_unstable();
+        self.ras_wanted.dedup();
         snapshot
     }
 }

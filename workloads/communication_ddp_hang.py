@@ -14,7 +14,9 @@ EXPECT = {0: "hung"}
 # The host waits in loss.item(), not in a collective frame: only the CUDA probes (the thread
 # inside the driver since it issued the all-reduce) tell the hang.
 SKIP = torch_loop.probes_unavailable
-EXPECT_DETAIL = {0: "all_reduce"}
+# The collective, and NCCL's RAS service (asked inside the job's network namespace) naming the
+# rank that never reached it: rank 1 answers RAS (its process lives) with fewer all-reduces.
+EXPECT_DETAIL = {0: ["all_reduce", "rank 1 (pid", "launched AllReduce up to"]}
 # The hang begins at 5 s; the verdict needs hang_after (10 s) and min_duration beyond it.
 MIN_SECONDS = 40
 # The DDP straggler's loop, rank 1 healthy until it stops arriving.

@@ -246,6 +246,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     with open(os.path.join(work, "config.yaml"), "w") as f:
         f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
     env["EMUGPU_DIR"] = timelines
+    # Each job's NCCL RAS service on a port of its own, as two jobs sharing a node's network
+    # must (every process binds it with SO_REUSEPORT: one port would mix the jobs' answers).
+    env["NCCL_RAS_ADDR"] = f"127.0.0.1:{free_port()}"
     log = open(os.path.join(work, "exporter.log"), "w")
     # Restricted: uid 0 with every capability dropped, as the restricted DaemonSet runs it (no
     # ptrace of the job: no stacks, no worker waits; no BPF: no CUDA probes).
@@ -344,7 +347,8 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
             row.update(step=measured_step, truth_step=steps[gpu])
         # What the verdict must name (a mount, the job's ingress), in its evidence or reasons.
         detail = getattr(module, "EXPECT_DETAIL", {}).get(gpu)
-        named = detail is None or (gpu in last and detail in json.dumps(last[gpu]))
+        details = [detail] if isinstance(detail, str) else list(detail or [])
+        named = all(gpu in last and d in json.dumps(last[gpu]) for d in details)
         if not named:
             row["evidence"] += f" (does not name {detail!r})"
         expected_primary = declared or row.get("truth", "none")

@@ -34,7 +34,8 @@ all-reduce of "gradient_bytes" from the engine's thread during backward), "fsdp"
 FullyShardedDataParallel (four units: all-gathers before each unit's forward on the main
 thread, all-gathers and reduce-scatters in backward on the engine's), "rank_specs" each
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
-that stops arriving after 5 s, a hang for the others); every "checkpoint_every" steps rank 0
+that stops arriving after 5 s, a hang for the others; with "stop_how": "freeze" its whole process
+stops, as a lost node does); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
 idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
 workers are pinned to (torchrun --bind-core-list, numactl).
@@ -45,6 +46,7 @@ workers are pinned to (torchrun --bind-core-list, numactl).
 import array
 import json
 import os
+import signal
 import sys
 import time
 
@@ -79,6 +81,7 @@ DEFAULTS = {
     "gradient_bytes": 100 << 20,
     "rank_specs": {},
     "stop_after": 0.0,
+    "stop_how": "sleep",
     "checkpoint_every": 0,
     "checkpoint_seconds": 0.0,
     "cpus": None,
@@ -259,8 +262,11 @@ def loop(torch, spec, args, model, batches):
     stop_at = time.monotonic() + spec["stop_after"] if spec["stop_after"] else deadline
     while time.monotonic() < deadline:
         if time.monotonic() >= stop_at:
-            # This rank stops arriving (stuck outside the loop: a deadlocked loader, a lost
-            # node): its peers' collectives wait for it.
+            # This rank stops arriving: stuck outside the loop (a deadlocked loader; "sleep"),
+            # or the whole process frozen, NCCL's threads too, as a lost node or a stopped
+            # container is to its peers ("freeze"). Its peers' collectives wait for it.
+            if spec["stop_how"] == "freeze":
+                os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(max(0.0, deadline - time.monotonic()))
             break
         batch = truth.timed(common.LOADER, next, batches)

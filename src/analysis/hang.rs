@@ -6,6 +6,7 @@
 //! record says whom it waits for.
 
 use super::peers::SPIN_SM_ACTIVITY_MAX;
+use super::ras;
 use super::{GpuObservation, Hang};
 use crate::config::Thresholds;
 use crate::snapshot::Activity;
@@ -28,13 +29,17 @@ pub type Stuck = Option<(f64, String)>;
 /// wait) and, where the driver reports it, no data crossing its PCIe link (a slow collective
 /// that moves gradients to the NIC is progress, however long it takes).
 pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
-    if let Some(hang) = in_driver(now, t) {
-        *stuck = None;
-        return Some(hang);
-    }
-    let hang = in_frame(stuck, now, at, t)?;
+    let hang = match in_driver(now, t) {
+        Some(hang) => {
+            *stuck = None;
+            hang
+        }
+        None => in_frame(stuck, now, at, t)?,
+    };
     Some(Hang {
         waiting_for: now.working_peer.clone(),
+        pid: now.main_pid,
+        peers: now.ras.as_ref().map(ras::evidence),
         ..hang
     })
 }
@@ -66,7 +71,7 @@ fn in_frame(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) ->
     Some(Hang {
         seconds: at - entry.0,
         frame,
-        waiting_for: None,
+        ..Hang::default()
     })
 }
 
@@ -83,11 +88,11 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
             .pcie_bytes_per_second
             .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
     spinning.then(|| Hang {
-        waiting_for: now.working_peer.clone(),
         seconds: wait.seconds,
         frame: format!(
             "{} (NCCL; the host waits inside the CUDA driver)",
             op.name()
         ),
+        ..Hang::default()
     })
 }

@@ -124,6 +124,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 working_others: work.as_ref().map(|w| w.others.clone()).unwrap_or_default(),
                 main_work_share: work.as_ref().and_then(|w| w.main_share),
                 working_peer: None,
+                main_pid: main.map(|p| p.pid),
+                ras: main.and_then(|p| snapshot.ras.iter().find(|r| r.pid == p.pid).cloned()),
                 busiest_thread: context.and_then(|c| c.busiest_thread_ratio),
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 loop_cpu_wait: context.and_then(|c| c.loop_cpu_wait_ratio),

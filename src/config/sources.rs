@@ -35,6 +35,11 @@ pub struct Sources {
     /// without them the source reports itself unsupported and the verdicts stay as the
     /// stacks and counters make them.
     pub cuda: Toggle,
+    /// NCCL's RAS service (NCCL 2.24 and later), asked which ranks answer and how many
+    /// collectives each launched while a GPU's hang is tracked. Reached inside the job's
+    /// network namespace: needs CAP_SYS_ADMIN unless the job shares the exporter's; without
+    /// it the source reports itself unsupported and the hang is named without that evidence.
+    pub nccl_ras: Toggle,
     /// The node's busiest processes outside the GPU process trees, named in the evidence.
     pub culprits: CulpritsConfig,
     /// Pod attribution through the kubelet's pod-resources socket.

@@ -17,6 +17,7 @@ pub(super) fn verdict_families(
     let mut primary = Family::new(&PRIMARY);
     let mut lost_time = Family::new(&LOST_TIME);
     let mut hang = Family::new(&HANG);
+    let mut hang_ranks = Family::new(&HANG_RANKS);
     let mut straggler = Family::new(&STRAGGLER);
     for verdict in verdicts {
         let index = verdict.index.to_string();
@@ -33,6 +34,12 @@ pub(super) fn verdict_families(
             }
         }
         hang.add(&base, verdict.hang.as_ref().map_or(0.0, |h| h.seconds));
+        if let Some(peers) = verdict.hang.as_ref().and_then(|h| h.peers.as_ref()) {
+            if peers.answered {
+                hang_ranks.add(&with("missing"), f64::from(peers.missing_ranks));
+                hang_ranks.add(&with("behind"), f64::from(peers.ranks_behind));
+            }
+        }
         if let Some(step) = verdict.figures.step {
             straggler.add(&with("own_best"), step.behind_best());
         }
@@ -67,5 +74,7 @@ pub(super) fn verdict_families(
             }
         }
     }
-    out.extend([active, score, unknown, primary, lost_time, hang, straggler]);
+    out.extend([
+        active, score, unknown, primary, lost_time, hang, hang_ranks, straggler,
+    ]);
 }

@@ -5,8 +5,8 @@
 //! `None` means the input is not available (never "0").
 
 use super::{
-    Activity, AsleepWorkers, Culprits, DriverWait, LinkLoad, MountLoad, ProcessStacks, Sharing,
-    Step,
+    Activity, AsleepWorkers, Culprits, DriverWait, LinkLoad, MountLoad, ProcessRas, ProcessStacks,
+    Sharing, Step,
 };
 
 /// Declares the signals: `tick` fields exist per tick only, each `signals` line per tick and
@@ -91,6 +91,11 @@ figures! {
         /// A rank of its group on this node that is working, not waiting in a collective (its
         /// main process's busiest thread on a CPU, or its GPU computing), described.
         working_peer: Option<String>,
+        /// The main GPU process (`None`: no process on the GPU).
+        main_pid: Option<u32>,
+        /// What NCCL's RAS service last said of the main GPU process's communicators (only
+        /// while its hang is tracked; `None` when not asked).
+        ras: Option<ProcessRas>,
     }
     signals {
         /// Whether the GPU answered (over the window: on every tick).

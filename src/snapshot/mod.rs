@@ -10,6 +10,7 @@ mod gpu;
 mod network;
 mod per;
 mod process;
+mod ras;
 mod signal;
 mod verdict;
 
@@ -19,6 +20,7 @@ pub use gpu::*;
 pub use network::*;
 pub use per::*;
 pub use process::*;
+pub use ras::*;
 pub use signal::*;
 pub use verdict::*;
 
@@ -49,6 +51,12 @@ pub struct Snapshot {
     /// What each GPU process asked of the CUDA driver, by pid (empty without the probes'
     /// privilege or a driver to probe).
     pub cuda: Vec<ProcessCuda>,
+    /// The GPU processes whose NCCL RAS service is wanted on this tick: set by the sampler
+    /// for the GPUs whose hang the previous tick tracked (a RAS query gathers from every
+    /// process of the job, so it is asked only then).
+    pub ras_wanted: Vec<u32>,
+    /// The last RAS answer of each GPU process asked, by pid.
+    pub ras: Vec<ProcessRas>,
     /// Whether the node's busiest processes are wanted on this tick: set by the sampler when
     /// the previous tick scored data_io, data_cpu or contention past the leave score on some
     /// GPU (a pass over every process costs too much to run always).

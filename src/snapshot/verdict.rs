@@ -396,7 +396,7 @@ pub struct GpuVerdict {
 }
 
 /// A main thread sitting in one collective while its GPU spins.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Hang {
     /// Since how long, in seconds.
     pub seconds: f64,
@@ -406,6 +406,26 @@ pub struct Hang {
     /// 4242, busy on the host`): the collective waits for it, and it is no hang (a barrier
     /// while rank 0 writes a checkpoint). `None`: none works, or no peer is on this node.
     pub waiting_for: Option<String>,
+    /// The process whose thread waits (the GPU's main process).
+    pub pid: Option<u32>,
+    /// What NCCL's RAS service says of the ranks of its communicators (`None`: not asked
+    /// yet; asked only while a hang is tracked).
+    pub peers: Option<RasEvidence>,
+}
+
+/// What NCCL's RAS service says of a hung process's communicators, for the hang's evidence.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RasEvidence {
+    /// Ranks of its communicators that do not answer RAS.
+    pub missing_ranks: u32,
+    /// Ranks that launched fewer collectives of some operation than the rest: they never
+    /// reached the collective the others wait in.
+    pub ranks_behind: u32,
+    /// Said for a person (`NCCL 2.29.3 RAS: rank 1 (pid 4243 on 10.0.0.2, GPU 1) launched
+    /// AllReduce up to 48, the others up to 49`), or why RAS was not read.
+    pub summary: String,
+    /// Whether RAS answered (else `summary` says why not, and the counts are 0).
+    pub answered: bool,
 }
 
 impl GpuVerdict {

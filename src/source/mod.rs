@@ -12,6 +12,7 @@ pub mod host;
 pub mod kubernetes;
 pub mod network;
 pub mod process;
+pub mod ras;
 pub mod stacks;
 
 use std::io;
@@ -210,6 +211,9 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
         let probes = cuda::CudaSource::new(config.paths.procfs.clone(), &config.paths.sysfs);
         waits_now = probes.waits_now();
         enabled.push(Box::new(probes));
+    }
+    if sources.nccl_ras.enabled && sources.gpu.enabled {
+        enabled.push(Box::new(ras::RasSource::new(config.paths.procfs.clone())));
     }
     if sources.stacks.enabled && sources.gpu.enabled {
         enabled.push(Box::new(stacks::StacksSource::new(

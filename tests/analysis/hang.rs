@@ -174,3 +174,88 @@ fn a_rank_waiting_for_a_peer_that_works_on_this_node_is_not_hung() {
     });
     assert_eq!(alone.primary, Primary::Hung);
 }
+
+/// With NCCL's RAS service answered for the hung process: the rank that never reached the
+/// collective is named in the report, and the ranks by state are on /metrics.
+#[test]
+fn a_hang_names_the_rank_ras_says_never_arrived() {
+    use gpu_bottleneck_exporter::snapshot::{
+        ProcessRas, RasCommunicator, RasFormat, RasMissingRank, RasRank, RasReport,
+    };
+    let rank = |rank: u32, all_reduces: u64| RasRank {
+        rank,
+        host: "10.0.0.7".into(),
+        pid: Some(300 + rank),
+        nvml_dev: Some(rank as i32),
+        collective_counts: vec![("AllReduce".into(), all_reduces)],
+        ..RasRank::default()
+    };
+    let answer = ProcessRas {
+        pid: 4242,
+        answer: Ok(RasReport {
+            pid: 4242,
+            nccl_version: "2.28.9".into(),
+            format: RasFormat::Json,
+            communicators: vec![RasCommunicator {
+                hash: "0xfeed".into(),
+                size: 4,
+                ranks: vec![rank(0, 49), rank(1, 48), rank(2, 49)],
+                missing: vec![RasMissingRank {
+                    rank: 3,
+                    host: "10.0.0.8".into(),
+                    unresponsive: true,
+                    ..RasMissingRank::default()
+                }],
+            }],
+            collection_seconds: 5.0,
+            timeouts: 1,
+            at: 0.0,
+        }),
+    };
+    let hung = run(200, |s| {
+        let mut o = in_driver(s, 20, 1.0, Some(0.06));
+        o.main_pid = Some(4242);
+        o.ras = (s > 100).then(|| answer.clone());
+        o
+    });
+    assert_eq!(hung.primary, Primary::Hung);
+    let hang = hung.hang.as_ref().unwrap();
+    assert_eq!(hang.pid, Some(4242));
+    let peers = hang.peers.as_ref().unwrap();
+    assert_eq!((peers.missing_ranks, peers.ranks_behind), (1, 1));
+    let report = text_report(std::slice::from_ref(&hung), false);
+    assert!(
+        report.contains("rank 3 (on 10.0.0.8) does not answer"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "rank 1 (pid 301 on 10.0.0.7 GPU 1) launched AllReduce up to 48, others up to 49"
+        ),
+        "{report}"
+    );
+    let snapshot = gpu_bottleneck_exporter::snapshot::Snapshot {
+        verdicts: vec![hung],
+        node: "test-node".into(),
+        ..Default::default()
+    };
+    let (text, _) = crate::common::render_pinned(&snapshot);
+    let f = crate::common::exposition::parse(&text, false).unwrap();
+    let ranks = |state| {
+        value(
+            &f,
+            "gpu_collective_hang_ranks",
+            &[("gpu", "0"), ("state", state)],
+        )
+    };
+    assert_eq!((ranks("missing"), ranks("behind")), (Some(1.0), Some(1.0)));
+    // Without an answer: no such series (a 0 would claim every rank arrived).
+    let plain = run(200, |s| in_driver(s, 20, 1.0, Some(0.06)));
+    let snapshot = gpu_bottleneck_exporter::snapshot::Snapshot {
+        verdicts: vec![plain],
+        node: "test-node".into(),
+        ..Default::default()
+    };
+    let (text, _) = crate::common::render_pinned(&snapshot);
+    assert!(!text.contains("gpu_collective_hang_ranks{"));
+}

@@ -24,6 +24,17 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Its `ncclFunc_t`, the index RAS counts it under.
+    pub fn function(self) -> usize {
+        match self {
+            Operation::Broadcast => 0,
+            Operation::Reduce => 1,
+            Operation::AllGather => 2,
+            Operation::ReduceScatter => 3,
+            Operation::AllReduce => 4,
+        }
+    }
+
     /// Bytes each rank moves per byte of the collective's buffer (ring algorithms: NCCL's
     /// "bus bandwidth" factors, docs/PERFORMANCE.md of nccl-tests).
     fn bus_factor(self, ranks: usize) -> f64 {
@@ -109,6 +120,7 @@ impl Comm {
         }
         let shared = Arc::new(shared);
         shared.join(rank, std::process::id(), device, bus_bytes_per_s);
+        crate::ras::register(&shared, rank, ranks);
         while shared.joined() < ranks as u64 {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -152,7 +164,7 @@ impl Comm {
         let number = self.issued.fetch_add(1, Ordering::SeqCst);
         self.shared
             .claim(number, bytes, operation as u32, self.ranks);
-        self.shared.count_issued(self.rank);
+        self.shared.count_issued(self.rank, operation.function());
         let word = &self.words[(number % WORDS) as usize];
         word.store(0, Ordering::SeqCst);
         let transfer =
@@ -208,6 +220,7 @@ impl Comm {
     /// as a real abort leaves them until their own watchdogs fire).
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::SeqCst);
+        self.shared.set_aborted(self.rank);
         let now = now_ns();
         for (number, _) in self.lock_in_flight().drain(..) {
             self.words[(number % WORDS) as usize].store(now, Ordering::SeqCst);

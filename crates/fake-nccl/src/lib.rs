@@ -10,13 +10,15 @@
 //! never arrives leaves its peers' kernels spinning: a hang, as a node shows one.
 //!
 //! The ranks find each other through the file the unique id names (shared.rs), under
-//! `EMUGPU_DIR` or the temporary directory. Not emulated (yet): point-to-point sends and
+//! `EMUGPU_DIR` or the temporary directory. Each process runs NCCL's RAS service (ras.rs),
+//! answering from those files. Not emulated (yet): point-to-point sends and
 //! receives, fused groups (a group's collectives run as separate kernels), link counters.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 pub mod comm;
 pub mod cuda;
+pub mod ras;
 pub mod shared;
 
 use std::cell::Cell;
@@ -35,8 +37,6 @@ pub const SYSTEM_ERROR: NcclResult = 2;
 pub const INVALID_ARGUMENT: NcclResult = 4;
 pub const INVALID_USAGE: NcclResult = 5;
 
-/// NCCL 2.21.5, as `NCCL_VERSION(2, 21, 5)` encodes it.
-pub const VERSION: c_int = 22105;
 /// `ncclNumTypes`, `ncclNumOps` (built-in reduction operations).
 const DATA_TYPES: c_int = 12;
 const REDUCTIONS: c_int = 5;
@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> NcclResult {
     if version.is_null() {
         return INVALID_ARGUMENT;
     }
-    version.write(VERSION);
+    version.write(ras::version_code());
     SUCCESS
 }
 

@@ -8,8 +8,8 @@
 //! |---|---|
 //! | 0 | u32 ranks (set by the first to join), u32 0 |
 //! | 8 | u64 ranks joined |
-//! | 64 | per rank, 32 bytes: u32 pid, i32 device, u64 bus bytes per second, u64 collectives issued, u64 0 |
-//! | 64 + 32 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 ranks whose kernels have read the end, then per rank its kernel's start (ns; 0 until known) |
+//! | 64 | per rank, 96 bytes: u32 pid, i32 device, u64 bus bytes per second, u64 collectives issued, u64 its process's last RAS heartbeat (monotonic ns), 5 × u64 collectives issued by NCCL function (`ncclFunc_t` order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce), u32 flags (1: aborted), 20 bytes free |
+//! | 64 + 96 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 ranks whose kernels have read the end, then per rank its kernel's start (ns; 0 until known) |
 
 use std::fs::OpenOptions;
 use std::io;
@@ -21,7 +21,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub const MAX_RANKS: usize = 64;
 pub const SLOTS: u64 = 256;
 const RANKS_AT: usize = 64;
-const RANK_BYTES: usize = 32;
+const RANK_BYTES: usize = 96;
+/// NCCL's collective functions, in `ncclFunc_t` order (RAS counts them so).
+pub const FUNCTIONS: usize = 5;
+const ABORTED: u32 = 1;
 const SLOTS_AT: usize = RANKS_AT + RANK_BYTES * MAX_RANKS;
 const SLOT_BYTES: usize = 32 + 8 * MAX_RANKS;
 const LEN: usize = SLOTS_AT + SLOT_BYTES * SLOTS as usize;
@@ -29,6 +32,21 @@ const LEN: usize = SLOTS_AT + SLOT_BYTES * SLOTS as usize;
 /// One rank's mapping of the file.
 pub struct Shared {
     map: *mut u8,
+    /// The communicator's hash as NCCL's RAS reports it: here of the file's path, the same
+    /// in every rank.
+    pub hash: u64,
+}
+
+/// What one rank's record says, for RAS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankRecord {
+    pub pid: u32,
+    pub device: i32,
+    /// Monotonic ns of its process's last RAS heartbeat (0: none yet).
+    pub heartbeat_ns: u64,
+    /// Collectives issued, by `ncclFunc_t`.
+    pub issued: [u64; FUNCTIONS],
+    pub aborted: bool,
 }
 
 // Every field is read and written through atomics.
@@ -61,7 +79,18 @@ impl Shared {
         if map == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Shared { map: map.cast() })
+        // FNV-1a, 64 bits.
+        let hash = path
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+        Ok(Shared {
+            map: map.cast(),
+            hash,
+        })
     }
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {
@@ -111,9 +140,34 @@ impl Shared {
             .unwrap_or(1)
     }
 
-    pub fn count_issued(&self, rank: usize) {
-        self.u64_at(RANKS_AT + rank * RANK_BYTES + 16)
+    /// Counts a collective of NCCL function `function` (`ncclFunc_t`) issued by `rank`.
+    pub fn count_issued(&self, rank: usize, function: usize) {
+        let at = RANKS_AT + rank * RANK_BYTES;
+        self.u64_at(at + 16).fetch_add(1, Ordering::SeqCst);
+        self.u64_at(at + 32 + 8 * function.min(FUNCTIONS - 1))
             .fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Says that `rank`'s process is alive and its RAS thread answers.
+    pub fn beat(&self, rank: usize, now_ns: u64) {
+        self.u64_at(RANKS_AT + rank * RANK_BYTES + 24)
+            .store(now_ns, Ordering::SeqCst);
+    }
+
+    pub fn set_aborted(&self, rank: usize) {
+        self.u32_at(RANKS_AT + rank * RANK_BYTES + 72)
+            .fetch_or(ABORTED, Ordering::SeqCst);
+    }
+
+    pub fn record(&self, rank: usize) -> RankRecord {
+        let at = RANKS_AT + rank * RANK_BYTES;
+        RankRecord {
+            pid: self.u32_at(at).load(Ordering::SeqCst),
+            device: self.u32_at(at + 4).load(Ordering::SeqCst) as i32,
+            heartbeat_ns: self.u64_at(at + 24).load(Ordering::SeqCst),
+            issued: std::array::from_fn(|f| self.u64_at(at + 32 + 8 * f).load(Ordering::SeqCst)),
+            aborted: self.u32_at(at + 72).load(Ordering::SeqCst) & ABORTED != 0,
+        }
     }
 
     fn slot_at(number: u64) -> usize {

@@ -1,0 +1,360 @@
+//! NCCL's RAS service, asked about a GPU process's communicators while the analysis tracks a
+//! hang on its GPU (`Snapshot::ras_wanted`): which ranks answer, which do not, and how many
+//! collectives each has launched. Every NCCL process since 2.24 runs a RAS thread listening on
+//! localhost:28028 (`NCCL_RAS_ADDR`) in its own network namespace; the exporter enters that
+//! namespace on a thread of its own (`setns`, which needs CAP_SYS_ADMIN unless the job shares
+//! the exporter's namespace) and speaks RAS's text protocol there. A query makes RAS gather
+//! from every process of the job (seconds when one does not answer), so it runs off the
+//! sampler thread, at most one per process at a time and one every [`REQUERY_S`].
+
+mod client;
+mod parse;
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::Duration;
+
+use super::{Source, SourceError};
+use crate::snapshot::{ProcessRas, RasReport, Snapshot};
+
+/// Seconds between two queries of one process while it stays wanted.
+pub const REQUERY_S: f64 = 15.0;
+
+/// Why a query was not made, when the exporter lacks a privilege (the source is then
+/// unsupported rather than failing).
+const NEEDS_PRIVILEGE: &str = "needs";
+
+pub struct RasSource {
+    procfs: PathBuf,
+    /// The last answer of each wanted process, and when it was asked.
+    last: HashMap<u32, (f64, ProcessRas)>,
+    /// Queries under way, by pid.
+    pending: HashMap<u32, Receiver<Result<parse::Parsed, String>>>,
+}
+
+impl RasSource {
+    pub fn new(procfs: PathBuf) -> Self {
+        RasSource {
+            procfs,
+            last: HashMap::new(),
+            pending: HashMap::new(),
+        }
+    }
+}
+
+impl Source for RasSource {
+    fn name(&self) -> &'static str {
+        "nccl_ras"
+    }
+
+    fn sample(&mut self, snapshot: &mut Snapshot, now: Duration) -> Result<(), SourceError> {
+        let now = now.as_secs_f64();
+        let wanted = &snapshot.ras_wanted;
+        // A process no longer wanted (its hang ended, or it exited) is forgotten; a query
+        // under way finishes on its own thread and is dropped.
+        self.last.retain(|pid, _| wanted.contains(pid));
+        self.pending.retain(|pid, _| wanted.contains(pid));
+        let mut done = Vec::new();
+        for (&pid, receiver) in &self.pending {
+            let answer = match receiver.try_recv() {
+                Ok(answer) => answer,
+                Err(TryRecvError::Empty) => continue,
+                Err(TryRecvError::Disconnected) => Err("the RAS query's thread ended".into()),
+            };
+            let answer = answer.map(|parsed| RasReport {
+                pid,
+                nccl_version: parsed.nccl_version,
+                format: parsed.format,
+                communicators: parsed.communicators,
+                collection_seconds: parsed.collection_seconds,
+                timeouts: parsed.timeouts,
+                at: now,
+            });
+            let asked = self.last.get(&pid).map_or(now, |(at, _)| *at);
+            self.last.insert(pid, (asked, ProcessRas { pid, answer }));
+            done.push(pid);
+        }
+        for pid in done {
+            self.pending.remove(&pid);
+        }
+        for &pid in wanted {
+            let due = self
+                .last
+                .get(&pid)
+                .is_none_or(|(asked, _)| now - asked >= REQUERY_S);
+            if due && !self.pending.contains_key(&pid) {
+                self.pending.insert(pid, ask(&self.procfs, pid));
+                // The previous answer stands until the new one comes.
+                let previous = self.last.remove(&pid).map(|(_, r)| r);
+                let standing = previous.unwrap_or(ProcessRas {
+                    pid,
+                    answer: Err("asking NCCL's RAS service".into()),
+                });
+                self.last.insert(pid, (now, standing));
+            }
+        }
+        let mut answers: Vec<ProcessRas> = self.last.values().map(|(_, r)| r.clone()).collect();
+        answers.sort_by_key(|r| r.pid);
+        let unprivileged = !answers.is_empty()
+            && answers.iter().all(|r| {
+                r.answer
+                    .as_ref()
+                    .is_err_and(|e| e.contains(NEEDS_PRIVILEGE))
+            });
+        let why = unprivileged.then(|| answers[0].answer.clone().unwrap_err());
+        snapshot.ras = answers;
+        match why {
+            Some(why) => Err(SourceError::Unsupported(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Starts a query of `pid`'s RAS service on a thread of its own, which enters the process's
+/// network namespace first where it differs from the exporter's.
+fn ask(procfs: &Path, pid: u32) -> Receiver<Result<parse::Parsed, String>> {
+    let (send, receive) = mpsc::channel();
+    let procfs = procfs.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("nccl-ras".into())
+        .spawn(move || {
+            let answer = enter_network_of(&procfs, pid).and_then(|()| {
+                let environment = environment(&procfs, pid);
+                client::status(client::address(&environment)?)
+            });
+            let _ = send.send(answer);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a RAS query thread");
+    }
+    receive
+}
+
+/// Moves the calling thread into `pid`'s network namespace (nothing to do when it is the
+/// exporter's own).
+fn enter_network_of(procfs: &Path, pid: u32) -> Result<(), String> {
+    let path = procfs.join(format!("{pid}/ns/net"));
+    let theirs = std::fs::File::open(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("process {pid} exited"),
+        _ => format!(
+            "reading process {pid}'s network namespace {NEEDS_PRIVILEGE} ptrace access (CAP_SYS_PTRACE): {e}"
+        ),
+    })?;
+    let same = |ours: std::fs::Metadata, theirs: std::fs::Metadata| {
+        ours.ino() == theirs.ino() && ours.dev() == theirs.dev()
+    };
+    let ours = std::fs::metadata("/proc/thread-self/ns/net").map_err(|e| e.to_string())?;
+    if same(ours, theirs.metadata().map_err(|e| e.to_string())?) {
+        return Ok(());
+    }
+    // SAFETY: setns on a descriptor of a namespace file; it affects this thread only, which
+    // exists for this query and ends after it.
+    if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) => format!(
+                "entering process {pid}'s network namespace, where its RAS service listens, {NEEDS_PRIVILEGE} CAP_SYS_ADMIN"
+            ),
+            _ => format!("entering process {pid}'s network namespace: {e}"),
+        });
+    }
+    Ok(())
+}
+
+/// The process's environment (`NCCL_RAS_ADDR`, `NCCL_RAS_ENABLE`); empty where unreadable,
+/// which leaves NCCL's defaults.
+fn environment(procfs: &Path, pid: u32) -> Vec<(String, String)> {
+    let bytes = std::fs::read(procfs.join(format!("{pid}/environ"))).unwrap_or_default();
+    bytes
+        .split(|&b| b == 0)
+        .filter_map(|entry| {
+            let entry = std::str::from_utf8(entry).ok()?;
+            let (name, value) = entry.split_once('=')?;
+            name.starts_with("NCCL_RAS")
+                .then(|| (name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process in a network namespace of its own (`unshare -n`), as a job's pod has.
+    struct Isolated(std::process::Child);
+
+    impl Drop for Isolated {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn isolated() -> Option<Isolated> {
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let child = std::process::Command::new("unshare")
+            .args(["-n", "sleep", "30"])
+            .spawn()
+            .ok()?;
+        // unshare execs sleep in the same process once the namespace is made.
+        let ours = std::fs::read_link("/proc/self/ns/net").ok()?;
+        for _ in 0..200 {
+            let theirs = std::fs::read_link(format!("/proc/{}/ns/net", child.id())).ok();
+            if theirs.is_some_and(|t| t != ours) {
+                return Some(Isolated(child));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Runs `f` on a thread of its own after `restrict` changed that thread's credentials
+    /// (capabilities and uids are per thread to the kernel).
+    fn on_a_thread(
+        restrict: fn(),
+        f: impl FnOnce() -> Result<(), String> + Send,
+    ) -> Result<(), String> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    restrict();
+                    f()
+                })
+                .join()
+                .unwrap()
+        })
+    }
+
+    fn drop_sys_admin() {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Default, Clone, Copy)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut header = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget / capset of this thread with the version-3 layout (two data words).
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+                0
+            );
+            data[0].effective &= !(1 << 21); // CAP_SYS_ADMIN
+            assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0);
+        }
+    }
+
+    fn become_nobody() {
+        // SAFETY: the raw system call changes this thread's uids only (glibc's setresuid
+        // would change every thread's).
+        unsafe { assert_eq!(libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534), 0) };
+    }
+
+    #[test]
+    fn entering_a_jobs_network_namespace_needs_cap_sys_admin_and_ptrace_access() {
+        let Some(job) = isolated() else {
+            eprintln!("skipped: needs root and unshare(1) to make a network namespace");
+            return;
+        };
+        let pid = job.0.id();
+        let procfs = Path::new("/proc");
+        // As deployed with the capability: the thread enters, and its loopback is the job's.
+        assert_eq!(on_a_thread(|| {}, || enter_network_of(procfs, pid)), Ok(()));
+        let without = on_a_thread(drop_sys_admin, || enter_network_of(procfs, pid)).unwrap_err();
+        assert!(without.contains("needs CAP_SYS_ADMIN"), "{without}");
+        let nobody = on_a_thread(become_nobody, || enter_network_of(procfs, pid)).unwrap_err();
+        assert!(nobody.contains("needs ptrace access"), "{nobody}");
+        // The exporter's own namespace needs nothing.
+        let own = std::process::id();
+        assert_eq!(
+            on_a_thread(drop_sys_admin, || enter_network_of(procfs, own)),
+            Ok(())
+        );
+        drop(job);
+        let gone = enter_network_of(procfs, pid).unwrap_err();
+        assert!(gone.contains("exited"), "{gone}");
+    }
+
+    /// Samples until the query of `pid` has an answer; returns the source's outcome then.
+    fn sample_until_answered(
+        source: &mut RasSource,
+        pid: u32,
+    ) -> (Result<(), SourceError>, String) {
+        for tick in 1..200 {
+            let mut snapshot = Snapshot {
+                ras_wanted: vec![pid],
+                ..Snapshot::default()
+            };
+            let outcome = source.sample(&mut snapshot, Duration::from_millis(100 * tick));
+            let answer = snapshot
+                .ras
+                .into_iter()
+                .find(|r| r.pid == pid)
+                .unwrap()
+                .answer;
+            match answer {
+                Err(why) if why.starts_with("asking") => {}
+                Err(why) => return (outcome, why),
+                Ok(report) => return (outcome, format!("{report:?}")),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("no answer");
+    }
+
+    #[test]
+    fn a_source_whose_every_query_lacks_privilege_is_unsupported() {
+        let mut source = RasSource::new(PathBuf::from("/proc"));
+        let mut snapshot = Snapshot::default();
+        // Nothing wanted: nothing asked.
+        assert_eq!(source.sample(&mut snapshot, Duration::from_secs(1)), Ok(()));
+        assert!(snapshot.ras.is_empty());
+        let Some(job) = isolated() else {
+            eprintln!("skipped: needs root and unshare(1) to make a network namespace");
+            return;
+        };
+        let pid = job.0.id();
+        // Without CAP_SYS_ADMIN (its query threads inherit the sampler's credentials).
+        let (outcome, why) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    drop_sys_admin();
+                    sample_until_answered(&mut RasSource::new(PathBuf::from("/proc")), pid)
+                })
+                .join()
+                .unwrap()
+        });
+        assert!(why.contains("needs CAP_SYS_ADMIN"), "{why}");
+        assert!(
+            matches!(&outcome, Err(SourceError::Unsupported(w)) if *w == why),
+            "{outcome:?}"
+        );
+        // With it, inside the job's namespace: nothing listens there (its loopback is even
+        // down), which is the job's state, not the source failing.
+        let (outcome, why) = sample_until_answered(&mut source, pid);
+        assert!(why.contains("127.0.0.1:28028"), "{why}");
+        assert_eq!(outcome, Ok(()));
+        // No longer wanted: forgotten.
+        let mut snapshot = Snapshot::default();
+        assert_eq!(
+            source.sample(&mut snapshot, Duration::from_secs(60)),
+            Ok(())
+        );
+        assert!(snapshot.ras.is_empty());
+    }
+}

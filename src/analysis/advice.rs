@@ -23,7 +23,7 @@ fn advice(verdict: &GpuVerdict) -> Advice {
         Primary::Hung => Advice {
             explanation: "The job has waited for one collective for minutes while the GPU spins in it (NCCL's kernel waits on the GPU for its peers; the host waits in the collective or in its next sync): a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
             next_steps: &[
-                "Find the rank that did not arrive: the job's other GPUs (one that is not hung in the same collective), crashed or restarted pods, XID errors on their nodes.",
+                "Find the rank that did not arrive: the one NCCL's RAS service names in the hang's report (one that does not answer: a stopped or crashed process, a lost node; one behind, with fewer collectives launched: stuck outside its loop, where its own stacks show), else the job's other GPUs (one that is not hung in the same collective), crashed or restarted pods, XID errors on their nodes.",
                 "Collect before the job is torn down: every rank's stacks (diagnose on each node, or py-spy dump --pid), and PyTorch's Flight Recorder of recent collectives per rank (start the job with TORCH_NCCL_DEBUG_INFO_PIPE_FILE set; writing to a rank's pipe dumps it); NCCL_DEBUG=INFO names the peer each rank waits for.",
                 "Nothing needs turning on for the job to fail: ProcessGroupNCCL's watchdog times the collective out after the process group's timeout (10 min by default) and, with TORCH_NCCL_ASYNC_ERROR_HANDLING at its default (3), tears the process down for the scheduler to restart; a shorter timeout in init_process_group fails it sooner.",
             ],

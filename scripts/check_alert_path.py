@@ -21,7 +21,6 @@ Usage: scripts/check_alert_path.py EXPORTER_BINARY
 import http.server
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 import yaml
 
 import kube_state_metrics
-from loopback import free_port, get_json
+from loopback import free_port, get_json, short_rules, start_prometheus
 
 ROTATION_S = 40
 NODES = 4
@@ -101,12 +100,7 @@ def main():
     state_metrics = kube_state_metrics.serve(
         [("vision", job_pod(node, gpu), {"jobset.sigs.k8s.io/jobset-name": "llm-fsdp"}) for node, gpu in JOB_GPUS.items()])
     try:
-        # The rules, with time shortened.
-        rules = open("deploy/rules/gpu-bottleneck.rules.yml").read()
-        rules = re.sub(r"(\n\s+for: )\S+", r"\g<1>3s", rules)
-        rules = re.sub(r"\[\d+[mh]\]", "[20s]", rules)
-        with open(os.path.join(work, "rules.yml"), "w") as f:
-            f.write(rules)
+        rules = short_rules(work)
         # Alertmanager: the shipped routes and inhibitions, timers shortened, receivers here.
         with open("deploy/alertmanager/alertmanager.yml") as f:
             manager = yaml.safe_load(f)
@@ -125,28 +119,19 @@ def main():
                 [exporter, "serve", "--demo", "--demo-node", str(node), "--demo-rotation", f"{ROTATION_S}s",
                  "--listen", f"127.0.0.1:{port}", "--log-level", "error"], env=env))
         started = time.monotonic()
-        am_port, prom_port = free_port(), free_port()
+        am_port = free_port()
         processes.append(subprocess.Popen(
             ["prometheus-alertmanager", f"--config.file={work}/alertmanager.yml", f"--storage.path={work}/am",
              f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address=", "--log.level=warn"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"node": f"gpu-demo-{node}"}}
                    for node, port in enumerate(exporter_ports)]
-        prometheus_config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [f"{work}/rules.yml"],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-            "scrape_configs": [
-                {"job_name": "gpu-bottleneck-exporter", "static_configs": targets},
-                kube_state_metrics.scrape_config(state_metrics),
-            ],
-        }
-        with open(os.path.join(work, "prometheus.yml"), "w") as f:
-            yaml.safe_dump(prometheus_config, f)
-        processes.append(subprocess.Popen(
-            ["prometheus", f"--config.file={work}/prometheus.yml", f"--storage.tsdb.path={work}/tsdb",
-             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        scrape_configs = [
+            {"job_name": "gpu-bottleneck-exporter", "static_configs": targets},
+            kube_state_metrics.scrape_config(state_metrics),
+        ]
+        prometheus, _ = start_prometheus(work, scrape_configs, [rules], am_port)
+        processes.append(prometheus)
 
         # Node 0's GPU 0 starts with the data_io case.
         starving = uuid(0, 0)

@@ -93,10 +93,11 @@ FAMILIES = {
 }
 
 
-def scenario(gpus, timelines, family="hopper"):
-    """A node of emulated GPUs of one family, each answering from its timeline file."""
+def scenario(gpus, timelines, family="hopper", only=None):
+    """A node of emulated GPUs of one family, each answering from its timeline file (`only`:
+    the indices of the GPUs this node has, of the `gpus` the workload uses)."""
     devices = []
-    for i in range(gpus):
+    for i in range(gpus) if only is None else only:
         devices.append(
             "\n".join(
                 [

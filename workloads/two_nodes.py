@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""One job on two nodes, as the fleet rules see it: the two DDP ranks of
+communication_ddp_straggler (rank 1 starved by its loader, rank 0 spinning in NCCL's all-reduce
+for it) in one Slurm job, each rank's GPU watched by an exporter of its own (node-0, node-1:
+one emulated GPU each, as two nodes of one GPU), a real Prometheus scraping both and evaluating
+a copy of deploy/rules (time shortened). Asserts that each exporter names its own GPU's cause
+(node-0 communication, node-1 data_cpu), that the rules group the two GPUs into the job, and
+that GPUJobStraggler fires for node-1's GPU only, named with the job and its verdict.
+
+The Slurm job is the ranks' cgroup (`.../job_4242/step_0/...`, as slurmstepd makes it, in the
+v1 cpu hierarchy where the host uses one, else in cgroup v2): it needs root and a writable
+cgroup filesystem, and says "skipped" without them.
+
+Usage: workloads/two_nodes.py [--exporter BIN] [--nvml-library LIB] [--seconds N]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import emugpu  # noqa: E402
+import run  # noqa: E402
+from loopback import free_port, query, short_rules, start_prometheus  # noqa: E402
+
+WORKLOAD = "communication_ddp_straggler"
+SLURM_JOB = "4242"
+EXPECT = {0: "communication", 1: "data_cpu"}
+STRAGGLER_NODE = "node-1"
+
+
+def cgroup_mount(controller):
+    """Where the cgroup hierarchy of `controller` ("" for cgroup v2) is mounted, if it is."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            after = fields[fields.index("-") + 1:]
+            if controller == "" and after[0] == "cgroup2":
+                return fields[4]
+            if controller and after[0] == "cgroup" and controller in after[2].split(","):
+                return fields[4]
+    return None
+
+
+def slurm_cgroup():
+    """A cgroup named as slurmstepd names a job step's: in the hierarchy the exporter reads a
+    process's owner from (the v1 cpu controller's where the host has one, else v2)."""
+    with open("/proc/self/cgroup") as f:
+        v1_cpu = any("cpu" in line.split(":")[1].split(",") for line in f if line.count(":") >= 2)
+    if v1_cpu and cgroup_mount("cpu"):
+        path = os.path.join(cgroup_mount("cpu"), "slurm", "uid_0", f"job_{SLURM_JOB}", "step_0", "task_0")
+    elif cgroup_mount(""):
+        path = os.path.join(cgroup_mount(""), "system.slice", "slurmstepd.scope", f"job_{SLURM_JOB}", "step_0", "user", "task_0")
+    else:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "cgroup.procs"), "a"):
+            pass
+    except OSError:
+        return None
+    return path
+
+
+def remove_cgroup(path):
+    """The step's cgroups, innermost first (a cgroup is removed with rmdir once empty)."""
+    while os.path.basename(path) != "slurm" and os.path.basename(path) != "slurmstepd.scope":
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+        path = os.path.dirname(path)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
+    parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
+    parser.add_argument("--seconds", type=float, default=90, help="the longest to wait for the alert")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not shutil.which("prometheus"):
+        print("two nodes: skipped (needs root for the job's cgroup, and prometheus)")
+        return
+    cgroup = slurm_cgroup()
+    if not cgroup:
+        print("two nodes: skipped (no writable cgroup hierarchy for the Slurm job's cgroup)")
+        return
+    work = tempfile.mkdtemp(prefix="two-nodes-")
+    timelines = os.path.join(work, "timelines")
+    os.makedirs(timelines)
+    env = dict(os.environ, EMUGPU_DIR=timelines, NCCL_RAS_ADDR=f"127.0.0.1:{free_port()}")
+    env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(os.path.abspath(args.nvml_library)), os.path.join(work, "cuda"))
+    processes = []
+    try:
+        # One exporter per rank's GPU: node-<n> sees GPU n alone.
+        ports = {}
+        for gpu in EXPECT:
+            node = os.path.join(work, f"node-{gpu}")
+            os.makedirs(node)
+            with open(os.path.join(node, "scenario.yaml"), "w") as f:
+                f.write(run.scenario(len(EXPECT), timelines, only=[gpu]))
+            ports[gpu] = free_port()
+            with open(os.path.join(node, "config.yaml"), "w") as f:
+                f.write(run.config(ports[gpu], os.path.abspath(args.nvml_library), 12, 4))
+            node_env = dict(env, NODE_NAME=f"node-{gpu}", FAKE_NVML_SCENARIO=os.path.join(node, "scenario.yaml"))
+            processes.append(subprocess.Popen(
+                [args.exporter, "--config", os.path.join(node, "config.yaml")], env=node_env,
+                stdout=open(os.path.join(node, "exporter.log"), "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"node": f"node-{gpu}"}} for gpu, port in ports.items()]
+        prometheus, prometheus_port = start_prometheus(
+            work, [{"job_name": "gpu-bottleneck-exporter", "static_configs": targets}], [short_rules(work)])
+        # The job, in its Slurm step's cgroup from its first instruction.
+        def enter_job():
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write("0")
+        workload = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, f"{WORKLOAD}.py"), "--seconds", str(args.seconds + 30)],
+            env=env, stdout=open(os.path.join(work, "workload.log"), "w"), stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=enter_job)
+        processes.append(workload)
+        started = time.monotonic()
+        progress = open(os.path.join(work, "progress.jsonl"), "w")
+        firing, verdicts, score, seen_elsewhere = [], {}, {}, set()
+        while time.monotonic() - started < args.seconds:
+            time.sleep(1)
+            for gpu, port in ports.items():
+                try:
+                    answer = run.diagnosis(port)
+                    verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
+                except OSError:
+                    pass
+            try:
+                firing = query(prometheus_port, 'ALERTS{alertname="GPUJobStraggler",alertstate="firing"}')
+                score = {m.get("node"): v for m, v in query(prometheus_port, "gpu:job_straggler_score:ratio")}
+            except OSError:
+                continue
+            seen_elsewhere |= {m.get("node") for m, _ in firing if m.get("node") != STRAGGLER_NODE}
+            progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "score": score,
+                                       "firing": [m for m, _ in firing]}) + "\n")
+            progress.flush()
+            # Done once the alert fired on the straggler with its own verdict, and each node's
+            # verdict is its rank's.
+            if any(m.get("node") == STRAGGLER_NODE and m.get("verdict") == EXPECT[1] for m, _ in firing) \
+                    and all(verdicts.get(g) == v for g, v in EXPECT.items()):
+                break
+        took = time.monotonic() - started
+    finally:
+        prometheus.terminate()
+        for process in reversed(processes):
+            run.stop(process)
+        prometheus.wait()
+        remove_cgroup(cgroup)
+    print("| node | GPU's verdict | expected | straggler score | GPUJobStraggler |")
+    print("|---|---|---|---|---|")
+    for gpu, expected in EXPECT.items():
+        node = f"node-{gpu}"
+        fired = [m for m, _ in firing if m.get("node") == node]
+        print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {score.get(node, float('nan')):.2f} | "
+              f"{'firing (' + fired[0].get('job_name', '?') + ', ' + fired[0].get('verdict', '?') + ')' if fired else '-'} |")
+    print(f"two nodes: {took:.0f} s; logs in {work}")
+    problems = []
+    for gpu, expected in EXPECT.items():
+        if verdicts.get(gpu) != expected:
+            problems.append(f"node-{gpu}'s GPU reads {verdicts.get(gpu)}, expected {expected}")
+    straggler = [m for m, _ in firing if m.get("node") == STRAGGLER_NODE]
+    if not straggler:
+        problems.append("GPUJobStraggler never fired for node-1's GPU")
+    elif straggler[0].get("job_name") != f"slurm-{SLURM_JOB}" or straggler[0].get("verdict") != EXPECT[1]:
+        problems.append(f"GPUJobStraggler's labels: {json.dumps(straggler[0])}")
+    if seen_elsewhere:
+        problems.append(f"GPUJobStraggler fired on {sorted(seen_elsewhere)} too")
+    if problems:
+        sys.exit("two nodes: " + "; ".join(problems))
+    print("two nodes: GPUJobStraggler fires for the straggler's node only")
+
+
+if __name__ == "__main__":
+    main()

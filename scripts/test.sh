@@ -154,6 +154,10 @@ step "workload suite, fast subset: Python training loops on the emulated GPU get
 python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
 
+step "one job on two nodes: an exporter per rank's GPU, a real Prometheus with the rules; GPUJobStraggler on the straggler's node only"
+python3 workloads/two_nodes.py --exporter target/debug/gpu-bottleneck-exporter \
+  --nvml-library target/debug/libfake_nvml.so
+
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"
 # Slow (about 33 s a loop): the split is compared over a 20 s window after 10 s of warm-up, and
 # a loop cannot end early (its expectation is the truth's, known only at its end). Two seeds:

@@ -49,11 +49,14 @@ pub fn link_degraded_under_load(w: &WindowFigures) -> Option<f64> {
 /// balanced job's empty SMs are its own kernels'), whether or not its host waited for the GPU
 /// meanwhile (a loop that syncs every few steps runs ahead). Where its collectives cross a
 /// saturated or slow link (the evidence of [`inter_node`] at half strength or more), every
-/// rank spins for the wire: as long as its host waited in the driver after issuing them, at
-/// most as long as its SMs sat empty.
+/// rank spins for the wire; where its job has ranks on other nodes (its launcher says so), a
+/// slow one among them keeps every rank here spinning alike, out of this node's sight. Then
+/// the spin is as long as its host waited in the driver after issuing collectives, at most as
+/// long as its SMs sat empty.
 pub fn spun_in_collectives(w: &WindowFigures, t: &Thresholds) -> Option<f64> {
     let wait = w.collective_wait?;
-    let for_the_wire = inter_node(w, t).iter().any(|e| e.strength >= 0.5);
+    let for_the_wire =
+        inter_node(w, t).iter().any(|e| e.strength >= 0.5) || w.job_spans_nodes == Some(true);
     let wire = w
         .busy
         .filter(|_| for_the_wire)

@@ -125,7 +125,7 @@ pub fn reason(reason: &Reason) -> String {
             percent(*share)
         ),
         Reason::SpunForPeers { share } => format!(
-            "the process issues NCCL collectives and its GPU was busier, with its SMs empty, than its job's least busy rank (or the host waited in the driver while they crossed a saturated link): it spun {} of the time in the collectives, waiting for its peers or the wire",
+            "the process issues NCCL collectives and its GPU was busier, with its SMs empty, than its job's least busy rank (or the host waited in the driver while they crossed a saturated link, or went to its job's ranks on other nodes): it spun {} of the time in the collectives, waiting for its peers or the wire",
             percent(*share)
         ),
         Reason::PeersAsBusy { at_most, seen } => format!(

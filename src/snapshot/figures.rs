@@ -135,6 +135,9 @@ figures! {
         /// The main GPU process's training step, timed from the cadence of its calls into CUDA
         /// and NCCL (`None`: unprobed, or no repeating step found).
         step: Option<Step> => last -> Option<Step>,
+        /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
+        /// (`None`: not said, or its environment unreadable).
+        job_spans_nodes: Option<bool> => last -> Option<bool>,
         /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
         /// driver while it issued NCCL collectives (`None`: no CUDA probes on it, or no
         /// collective issued lately).

@@ -69,10 +69,37 @@ pub struct ProcessContext {
     pub descendants: Vec<u32>,
     /// Its cgroup, where readable.
     pub cgroup: Option<CgroupContext>,
+    /// The distributed job it is a rank of, as its launcher described it in its environment
+    /// (`None`: not launched as a rank, or the environment is unreadable without ptrace).
+    pub world: Option<World>,
 }
 
 /// A set of descendants of a GPU process (its loader workers, or its other children),
 /// aggregated (cardinality stays one set per process).
+/// A distributed job as its launcher tells its ranks: torchrun and the Kubeflow operators
+/// (`WORLD_SIZE`, `LOCAL_WORLD_SIZE`), Open MPI (`OMPI_COMM_WORLD_SIZE`,
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`), Slurm (`SLURM_NTASKS`, `SLURM_JOB_NUM_NODES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct World {
+    /// Ranks in the job.
+    pub ranks: u32,
+    /// Ranks on this node, where said.
+    pub local_ranks: Option<u32>,
+    /// Nodes the job runs on, where said.
+    pub nodes: Option<u32>,
+}
+
+impl World {
+    /// Whether some of the job's ranks run on other nodes (`None`: not said).
+    pub fn spans_nodes(&self) -> Option<bool> {
+        match (self.nodes, self.local_ranks) {
+            (Some(nodes), _) => Some(nodes > 1),
+            (None, Some(local)) => Some(self.ranks > local),
+            (None, None) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WorkerSummary {
     /// How many there are.

@@ -280,8 +280,8 @@ pub enum Reason {
     },
     /// The process issues NCCL collectives and its GPU was busier, with its SMs empty, than
     /// the job's least busy rank (or its host waited in the driver while they crossed a
-    /// saturated link): it spun `share` of the time in the collectives, waiting for its peers
-    /// or the wire.
+    /// saturated link, or went to the job's ranks on other nodes): it spun `share` of the
+    /// time in the collectives, waiting for its peers or the wire.
     SpunForPeers {
         /// Share of the window.
         share: f64,

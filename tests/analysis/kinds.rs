@@ -680,6 +680,40 @@ fn missing_inputs_are_unknown_not_zero() {
     assert_eq!(score(&verdict, Kind::DataIo), None);
 }
 
+fn ranks_of_gpu(f: &[crate::common::exposition::Family], gpu: &str) -> Option<f64> {
+    value(
+        f,
+        "gpu_collective_hang_ranks",
+        &[("gpu", gpu), ("state", "missing")],
+    )
+}
+
+/// NCCL's RAS answer for `pid`: a two-rank communicator whose rank 1 does not answer.
+fn peer_missing(pid: u32) -> gpu_bottleneck_exporter::snapshot::ProcessRas {
+    use gpu_bottleneck_exporter::snapshot::*;
+    ProcessRas {
+        pid,
+        answer: Ok(RasReport {
+            pid,
+            nccl_version: "2.28.9".into(),
+            format: RasFormat::Json,
+            communicators: vec![RasCommunicator {
+                hash: "0xabc".into(),
+                size: 2,
+                ranks: vec![RasRank::default()],
+                missing: vec![RasMissingRank {
+                    rank: 1,
+                    unresponsive: true,
+                    ..RasMissingRank::default()
+                }],
+            }],
+            collection_seconds: 0.0,
+            timeouts: 0,
+            at: 0.0,
+        }),
+    }
+}
+
 #[test]
 fn verdict_series_are_always_present_and_match_the_golden_file() {
     let verdicts = run_many(40, |_| {
@@ -719,6 +753,21 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
                 busiest_thread: None,
                 ..healthy("GPU-no-gpm")
             },
+            // A rank waiting in the driver since its all-reduce, its GPU spinning; NCCL's RAS
+            // service says its peer does not answer.
+            GpuObservation {
+                index: 4,
+                busy: Some(1.0),
+                idle_share: Some(0.0),
+                sm_activity: Some(0.06),
+                driver_wait: Some(gpu_bottleneck_exporter::snapshot::DriverWait {
+                    seconds: 30.0,
+                    after: Some(gpu_bottleneck_exporter::snapshot::Collective::AllReduce),
+                }),
+                main_pid: Some(4242),
+                ras: Some(peer_missing(4242)),
+                ..healthy("GPU-waiting")
+            },
         ]
     });
     let snapshot = Snapshot {
@@ -735,8 +784,18 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
         .iter()
         .find(|family| family.name == "gpu_verdict")
         .unwrap();
-    assert_eq!(verdict_series.samples.len(), 4);
+    assert_eq!(verdict_series.samples.len(), 5);
     assert_eq!(primary("1", "busy"), Some(1.0));
+    // The waiting rank's hang, tracked (not yet hung), with RAS's count of its missing peer.
+    let ranks = |state: &str| {
+        value(
+            &f,
+            "gpu_collective_hang_ranks",
+            &[("gpu", "4"), ("state", state)],
+        )
+    };
+    assert_eq!((ranks("missing"), ranks("behind")), (Some(1.0), Some(0.0)));
+    assert_eq!(ranks_of_gpu(&f, "0"), None);
     assert_eq!(primary("2", "idle"), Some(1.0));
     let series = f
         .iter()
@@ -744,7 +803,7 @@ fn verdict_series_are_always_present_and_match_the_golden_file() {
         .unwrap()
         .samples
         .len();
-    assert_eq!(series, 4 * Kind::ALL.len(), "every kind for every GPU");
+    assert_eq!(series, 5 * Kind::ALL.len(), "every kind for every GPU");
     let straggler = |gpu: &str, against: &str| {
         value(
             &f,

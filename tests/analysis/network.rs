@@ -198,3 +198,45 @@ fn a_saturated_link_names_itself_while_the_gpus_spin_in_nccl() {
     let quiet = spinning(0.05);
     assert_eq!(quiet.primary, Primary::Bottleneck(Kind::KernelEfficiency));
 }
+
+/// A rank whose job's other ranks run on other nodes (its launcher's WORLD_SIZE past its
+/// LOCAL_WORLD_SIZE): no rank here to compare its spin with, so the time its host waited in
+/// the driver after issuing collectives, with the SMs empty, is taken for waiting on them (a
+/// straggler elsewhere keeps every rank here spinning alike). A job on this node alone keeps
+/// the near miss: its empty SMs are its own kernels'.
+#[test]
+fn a_rank_whose_peers_are_on_other_nodes_spins_for_them() {
+    let rank = |spans: Option<bool>| {
+        run(40, move |_| {
+            let mut o = healthy("GPU-a");
+            o.busy = Some(0.98);
+            o.sm_activity = Some(0.38);
+            o.idle_share = Some(0.02);
+            o.stacks = stacks(Activity::GpuSync, 0.5);
+            o.collective_wait = Some(0.45);
+            o.job_spans_nodes = spans;
+            o
+        })
+    };
+    let remote = rank(Some(true));
+    assert_eq!(remote.primary, Primary::Bottleneck(Kind::Communication));
+    let communication =
+        remote
+            .lost
+            .as_ref()
+            .unwrap()
+            .share(gpu_bottleneck_exporter::snapshot::Cause::Kind(
+                Kind::Communication,
+            ));
+    // The host's wait (0.45), within the empty-SM time (0.60).
+    assert!((0.4..=0.46).contains(&communication), "{communication}");
+    let report = gpu_bottleneck_exporter::report::text_report(std::slice::from_ref(&remote), false);
+    assert!(report.contains("ranks on other nodes"), "{report}");
+    for alone in [Some(false), None] {
+        assert_eq!(
+            rank(alone).primary,
+            Primary::Bottleneck(Kind::KernelEfficiency),
+            "{alone:?}"
+        );
+    }
+}

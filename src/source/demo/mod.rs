@@ -14,7 +14,7 @@ use crate::snapshot::{
     Activity, AsleepWorkers, BusySummary, CgroupContext, Collective, CudaThread, CudaTotals,
     CudaWait, FrameShare, GpmMetrics, GpuClock, GpuDevice, GpuMemory, GpuProcess, GpuSnapshot,
     GpuUtilization, NvLinkState, PcieLink, PerActivity, PodRef, ProcessContext, ProcessCuda,
-    ProcessStacks, RemappedRows, Snapshot, Step, WorkerSummary,
+    ProcessStacks, RemappedRows, Snapshot, Step, WorkerSummary, World,
 };
 
 /// What a simulated GPU is meant to show.
@@ -410,6 +410,12 @@ impl DemoSource {
                 cpu_quota_cores: Some(32.0),
                 throttled_ratio: Some(0.0),
                 pressure: Vec::new(),
+            }),
+            // The job's two ranks, started by torchrun on this node.
+            world: matches!(role, Role::JobFastRank | Role::JobSlowRank).then_some(World {
+                ranks: 2,
+                local_ranks: Some(2),
+                nodes: None,
             }),
         }
     }

@@ -18,6 +18,7 @@ pub mod procfs;
 mod threads;
 mod tree;
 pub mod waits;
+pub mod world;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -35,7 +36,7 @@ use self::waits::{WaitReader, WORKER_WAITS_SIGNAL};
 use super::host::cpu::USER_HZ;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::ProcessConfig;
-use crate::snapshot::{AsleepWorkers, ProcessContext, Snapshot, WaitTarget, WorkerSummary};
+use crate::snapshot::{AsleepWorkers, ProcessContext, Snapshot, WaitTarget, WorkerSummary, World};
 
 /// ESRCH: the process exited between finding it and reading one of its files.
 const ESRCH: i32 = 3;
@@ -113,6 +114,9 @@ pub struct ProcessSource {
     cgroups: CgroupReader,
     /// The per-tick files of the GPU processes and their workers.
     kept: KeptFiles,
+    /// Per GPU process (pid, start time): the distributed job its launcher described, read
+    /// once.
+    worlds: HashMap<(u32, u64), Option<World>>,
 }
 
 impl ProcessSource {
@@ -130,6 +134,7 @@ impl ProcessSource {
             boot_time: None,
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
             kept: KeptFiles::new(&roots.procfs),
+            worlds: HashMap::new(),
             roots,
         }
     }
@@ -249,6 +254,12 @@ impl ProcessSource {
             .collect();
         let (other_children, _) = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
+        let environ = self.proc_path(pid, "environ");
+        let world = *self.worlds.entry(key).or_insert_with(|| {
+            std::fs::read(&environ)
+                .ok()
+                .and_then(|bytes| world::parse_environ(&bytes))
+        });
         let main_wait = since.and_then(|(seconds, before)| cpu_wait(&ticks, &before, seconds));
         let driving_wait = self.busiest_other_wait(pid, key, now, fresh);
         let loop_cpu_wait_ratio = main_wait.map(|m| m + driving_wait.unwrap_or(0.0));
@@ -286,6 +297,7 @@ impl ProcessSource {
             other_children,
             descendants: descendants.all,
             cgroup,
+            world,
         }))
     }
 
@@ -447,6 +459,7 @@ impl Source for ProcessSource {
         self.ticks = fresh;
         self.trees.retain(&pids);
         self.thread_passes.retain(|(pid, _), _| pids.contains(pid));
+        self.worlds.retain(|(pid, _), _| pids.contains(pid));
         self.cgroups.retain(&pids);
         let workers: BTreeSet<u32> = contexts
             .iter()

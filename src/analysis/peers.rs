@@ -74,12 +74,15 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
     }
 }
 
-/// Each rank of a group whose busy times are known gets how much longer its GPU was busy
-/// with its SMs empty than the least busy rank's: identical ranks step together, so a rank
-/// busier than a peer with nothing on its SMs spun that long in a collective waiting for it
-/// (stacks not needed: what says the rank waited for a collective is its own driver waits).
-/// Where the device reports no SM activity (no GPM: A100, A10, L4), the excess busy time
-/// alone bounds it.
+/// Each rank of a group whose busy times are known gets how long its GPU spun in collectives
+/// waiting for its peers: identical ranks step together, so a rank busier than a peer with
+/// nothing on its SMs spun that much longer in a collective waiting for it (stacks not
+/// needed: what says the rank waited for a collective is its own driver waits). Where the
+/// device reports no SM activity (no GPM: A100, A10, L4), the excess busy time alone bounds
+/// it. The least busy rank itself spins while a peer's GPU idles (ranks starved in turn wait
+/// for each other alike, and the excess alone loses that): as long as its host waited in the
+/// driver after issuing collectives, at most as long as its SMs sat empty and as the most any
+/// peer's GPU idled. A balanced job's GPUs do not idle: its empty SMs stay its kernels'.
 fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let known: Option<Vec<(f64, f64)>> = members
         .iter()
@@ -92,9 +95,19 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         })
         .collect();
     let Some(known) = known else { return };
-    let least_busy = known.iter().map(|k| k.0).fold(f64::MAX, f64::min);
+    let Some(least) = (0..known.len()).min_by(|&a, &b| known[a].0.total_cmp(&known[b].0)) else {
+        return;
+    };
+    let least_busy = known[least].0;
+    let peers_idle = (0..known.len())
+        .filter(|&k| k != least)
+        .map(|k| 1.0 - known[k].0)
+        .fold(0.0, f64::max);
+    let least_spun = windows[members[least]]
+        .collective_wait
+        .map_or(0.0, |wait| wait.min(known[least].1).min(peers_idle));
     for (&i, (busy, empty)) in members.iter().zip(known) {
-        windows[i].spin_excess = Some((busy - least_busy).min(empty).max(0.0));
+        windows[i].spin_excess = Some((busy - least_busy + least_spun).min(empty).max(0.0));
     }
 }
 

@@ -541,7 +541,7 @@ fn a_ddp_rank_waiting_at_its_sync_while_its_gpu_spins_for_a_late_peer_is_communi
     });
     let (waiting, late) = (&straggling[0], &straggling[1]);
     let communication = share(waiting, Kind::Communication);
-    assert!((0.4..=0.46).contains(&communication), "{:?}", waiting.lost);
+    assert!((0.4..=0.47).contains(&communication), "{:?}", waiting.lost);
     assert_eq!(waiting.primary, Primary::Bottleneck(Kind::Communication));
     assert!(
         waiting
@@ -564,16 +564,39 @@ fn a_ddp_rank_waiting_at_its_sync_while_its_gpu_spins_for_a_late_peer_is_communi
     );
     assert_eq!(waiting.behind_ranks, Some(0.0));
     // Balanced ranks of small kernels, each host waiting 60 % of the time for its own GPU:
-    // kernel efficiency, not communication.
+    // kernel efficiency, not communication (each spins at most for the other's 2-3 % of idle
+    // gaps).
     let balanced = run_many(40, |_| {
         vec![ddp_rank(0, 0.98, 0.3, 0.6), ddp_rank(1, 0.97, 0.3, 0.6)]
     });
-    assert!(share(&balanced[0], Kind::Communication) < 0.03);
+    assert!(balanced
+        .iter()
+        .all(|v| share(v, Kind::Communication) <= 0.031));
     assert!(balanced.iter().all(|v| v.behind_ranks.unwrap() < 0.03));
     assert_eq!(
         balanced[0].primary,
         Primary::Bottleneck(Kind::KernelEfficiency)
     );
+    // Ranks starved in turn (each loader late every other step): each GPU idles 30 % of the
+    // time for its input and spins 30 % for the other's, the two nearly as busy. The excess
+    // over the least busy rank alone (0.04) loses the spin both did: the least busy rank spun
+    // as long as its host waited after issuing the all-reduces, at most its empty SMs and the
+    // other GPU's idle time.
+    let in_turn = run_many(40, |_| {
+        [(0, 0.7), (1, 0.66)]
+            .into_iter()
+            .map(|(n, busy)| {
+                let mut o = ddp_rank(n, busy, busy - 0.32, 0.3);
+                o.stacks = seen(200, [0.3, 0.3, 0.0, 0.4, 0.0]);
+                o
+            })
+            .collect()
+    });
+    for verdict in &in_turn {
+        let communication = share(verdict, Kind::Communication);
+        assert!((0.26..=0.34).contains(&communication), "{:?}", verdict.lost);
+        assert_ne!(verdict.primary, Primary::Bottleneck(Kind::KernelEfficiency));
+    }
     // Without the probes the waits are not tied to collectives: as before, empty SMs.
     let unprobed = run_many(40, |_| {
         let mut ranks = vec![ddp_rank(0, 0.98, 0.47, 0.5), ddp_rank(1, 0.54, 0.46, 0.1)];

@@ -79,10 +79,12 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// nothing on its SMs spun that much longer in a collective waiting for it (stacks not
 /// needed: what says the rank waited for a collective is its own driver waits). Where the
 /// device reports no SM activity (no GPM: A100, A10, L4), the excess busy time alone bounds
-/// it. The least busy rank itself spins while a peer's GPU idles (ranks starved in turn wait
-/// for each other alike, and the excess alone loses that): as long as its host waited in the
-/// driver after issuing collectives, at most as long as its SMs sat empty and as the most any
-/// peer's GPU idled. A balanced job's GPUs do not idle: its empty SMs stay its kernels'.
+/// it. The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
+/// starved in turn wait for each other alike, and the excess alone loses that): as long as its
+/// host waited in the driver after issuing collectives, at most as long as its SMs sat empty
+/// and as the most any peer's main thread waited for its loader with its GPU idle (its
+/// stacks). Idle time the ranks share (the hosts' Python between steps, in step) and a
+/// balanced job's are no wait: its empty SMs stay its kernels'.
 fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let known: Option<Vec<(f64, f64)>> = members
         .iter()
@@ -99,13 +101,21 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         return;
     };
     let least_busy = known[least].0;
-    let peers_idle = (0..known.len())
+    // A peer's GPU idles for its own input apart from the others (loaders are late in turn);
+    // the idle time the ranks share (each host's Python between steps, in step) is no wait.
+    let peers_starved = (0..known.len())
         .filter(|&k| k != least)
-        .map(|k| 1.0 - known[k].0)
+        .map(|k| {
+            let waited = windows[members[k]]
+                .stacks
+                .as_ref()
+                .map_or(0.0, |s| s.shares[Activity::DataLoader]);
+            waited.min(1.0 - known[k].0)
+        })
         .fold(0.0, f64::max);
     let least_spun = windows[members[least]]
         .collective_wait
-        .map_or(0.0, |wait| wait.min(known[least].1).min(peers_idle));
+        .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
     for (&i, (busy, empty)) in members.iter().zip(known) {
         windows[i].spin_excess = Some((busy - least_busy + least_spun).min(empty).max(0.0));
     }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::ras::{listen_on_a_free_port, RasClient};
+use common::ras::{join_two, listen_on_a_free_port, RasClient};
 use common::*;
 use fake_nccl::shared::Shared;
 use fake_nccl::*;
@@ -22,14 +22,7 @@ fn communicators(answer: &str) -> Vec<Value> {
 fn ras_answers_each_ranks_collectives_and_names_a_rank_that_does_not_answer() {
     let address = listen_on_a_free_port();
     cuda();
-    let id = unique_id();
-    let comms: Vec<usize> = std::thread::scope(|scope| {
-        let ranks: Vec<_> = [(0, 2), (1, 3)]
-            .into_iter()
-            .map(|(rank, device)| scope.spawn(move || join(id, rank, device)))
-            .collect();
-        ranks.into_iter().map(|r| r.join().unwrap()).collect()
-    });
+    let comms = join_two(unique_id(), [2, 3]);
     // Rank 0 issues three all-reduces, rank 1 two: rank 0's third spins for rank 1.
     for _ in 0..3 {
         assert_eq!(all_reduce(comms[0], 256), SUCCESS);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::ras::{listen_on_a_free_port, RasClient};
+use common::ras::{join_two, listen_on_a_free_port, RasClient};
 use common::*;
 use fake_nccl::*;
 
@@ -12,14 +12,7 @@ fn before_2_28_7_ras_speaks_only_text() {
     std::env::set_var("FAKE_NCCL_VERSION", "2.26.2");
     let address = listen_on_a_free_port();
     cuda();
-    let id = unique_id();
-    let comms: Vec<usize> = std::thread::scope(|scope| {
-        let ranks: Vec<_> = [(0, 0), (1, 1)]
-            .into_iter()
-            .map(|(rank, device)| scope.spawn(move || join(id, rank, device)))
-            .collect();
-        ranks.into_iter().map(|r| r.join().unwrap()).collect()
-    });
+    let comms = join_two(unique_id(), [0, 1]);
     let mut version = 0;
     assert_eq!(unsafe { ncclGetVersion(&mut version) }, SUCCESS);
     assert_eq!(version, 22602);

@@ -23,23 +23,44 @@ use crate::snapshot::{ProcessRas, RasReport, Snapshot};
 /// Seconds between two queries of one process while it stays wanted.
 pub const REQUERY_S: f64 = 15.0;
 
-/// Why a query was not made, when the exporter lacks a privilege (the source is then
-/// unsupported rather than failing).
-const NEEDS_PRIVILEGE: &str = "needs";
+/// Why a query has no answer.
+#[derive(Debug)]
+struct Refusal {
+    why: String,
+    /// The exporter lacks a privilege for it (the source is then unsupported, not failing).
+    unprivileged: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Refusal {
+            why,
+            unprivileged: false,
+        }
+    }
+}
+
+type Answer = Result<parse::Parsed, Refusal>;
+
+/// One wanted process: when it was last asked, and its last answer (`None` until the first).
+struct Asked {
+    at: f64,
+    answer: Option<(ProcessRas, bool)>,
+}
 
 pub struct RasSource {
     procfs: PathBuf,
-    /// The last answer of each wanted process, and when it was asked.
-    last: HashMap<u32, (f64, ProcessRas)>,
+    /// Each wanted process's queries.
+    asked: HashMap<u32, Asked>,
     /// Queries under way, by pid.
-    pending: HashMap<u32, Receiver<Result<parse::Parsed, String>>>,
+    pending: HashMap<u32, Receiver<Answer>>,
 }
 
 impl RasSource {
     pub fn new(procfs: PathBuf) -> Self {
         RasSource {
             procfs,
-            last: HashMap::new(),
+            asked: HashMap::new(),
             pending: HashMap::new(),
         }
     }
@@ -55,58 +76,59 @@ impl Source for RasSource {
         let wanted = &snapshot.ras_wanted;
         // A process no longer wanted (its hang ended, or it exited) is forgotten; a query
         // under way finishes on its own thread and is dropped.
-        self.last.retain(|pid, _| wanted.contains(pid));
-        self.pending.retain(|pid, _| wanted.contains(pid));
-        let mut done = Vec::new();
-        for (&pid, receiver) in &self.pending {
+        self.asked.retain(|pid, _| wanted.contains(pid));
+        self.pending.retain(|pid, receiver| {
             let answer = match receiver.try_recv() {
                 Ok(answer) => answer,
-                Err(TryRecvError::Empty) => continue,
-                Err(TryRecvError::Disconnected) => Err("the RAS query's thread ended".into()),
+                Err(TryRecvError::Empty) => return wanted.contains(pid),
+                Err(TryRecvError::Disconnected) => {
+                    Err(Refusal::from("the RAS query's thread ended".to_string()))
+                }
             };
-            let answer = answer.map(|parsed| RasReport {
-                pid,
-                nccl_version: parsed.nccl_version,
-                format: parsed.format,
-                communicators: parsed.communicators,
-                collection_seconds: parsed.collection_seconds,
-                timeouts: parsed.timeouts,
-                at: now,
-            });
-            let asked = self.last.get(&pid).map_or(now, |(at, _)| *at);
-            self.last.insert(pid, (asked, ProcessRas { pid, answer }));
-            done.push(pid);
-        }
-        for pid in done {
-            self.pending.remove(&pid);
-        }
+            let unprivileged = answer.as_ref().is_err_and(|r| r.unprivileged);
+            let answer = match answer {
+                Ok(parsed) => Ok(RasReport {
+                    pid: *pid,
+                    nccl_version: parsed.nccl_version,
+                    format: parsed.format,
+                    communicators: parsed.communicators,
+                    collection_seconds: parsed.collection_seconds,
+                    timeouts: parsed.timeouts,
+                    at: now,
+                }),
+                Err(refusal) => Err(refusal.why),
+            };
+            if let Some(asked) = self.asked.get_mut(pid) {
+                asked.answer = Some((ProcessRas { pid: *pid, answer }, unprivileged));
+            }
+            false
+        });
         for &pid in wanted {
             let due = self
-                .last
+                .asked
                 .get(&pid)
-                .is_none_or(|(asked, _)| now - asked >= REQUERY_S);
+                .is_none_or(|asked| now - asked.at >= REQUERY_S);
             if due && !self.pending.contains_key(&pid) {
                 self.pending.insert(pid, ask(&self.procfs, pid));
                 // The previous answer stands until the new one comes.
-                let previous = self.last.remove(&pid).map(|(_, r)| r);
-                let standing = previous.unwrap_or(ProcessRas {
-                    pid,
-                    answer: Err("asking NCCL's RAS service".into()),
-                });
-                self.last.insert(pid, (now, standing));
+                let answer = self.asked.remove(&pid).and_then(|a| a.answer);
+                self.asked.insert(pid, Asked { at: now, answer });
             }
         }
-        let mut answers: Vec<ProcessRas> = self.last.values().map(|(_, r)| r.clone()).collect();
-        answers.sort_by_key(|r| r.pid);
-        let unprivileged = !answers.is_empty()
-            && answers.iter().all(|r| {
-                r.answer
-                    .as_ref()
-                    .is_err_and(|e| e.contains(NEEDS_PRIVILEGE))
-            });
-        let why = unprivileged.then(|| answers[0].answer.clone().unwrap_err());
-        snapshot.ras = answers;
-        match why {
+        let mut answers: Vec<&(ProcessRas, bool)> = self
+            .asked
+            .values()
+            .filter_map(|a| a.answer.as_ref())
+            .collect();
+        answers.sort_by_key(|(r, _)| r.pid);
+        let refused = answers
+            .iter()
+            .all(|(_, unprivileged)| *unprivileged)
+            .then(|| answers.first())
+            .flatten()
+            .and_then(|(r, _)| r.answer.clone().err());
+        snapshot.ras = answers.into_iter().map(|(r, _)| r.clone()).collect();
+        match refused {
             Some(why) => Err(SourceError::Unsupported(why)),
             None => Ok(()),
         }
@@ -115,7 +137,7 @@ impl Source for RasSource {
 
 /// Starts a query of `pid`'s RAS service on a thread of its own, which enters the process's
 /// network namespace first where it differs from the exporter's.
-fn ask(procfs: &Path, pid: u32) -> Receiver<Result<parse::Parsed, String>> {
+fn ask(procfs: &Path, pid: u32) -> Receiver<Answer> {
     let (send, receive) = mpsc::channel();
     let procfs = procfs.to_path_buf();
     let spawned = std::thread::Builder::new()
@@ -123,7 +145,8 @@ fn ask(procfs: &Path, pid: u32) -> Receiver<Result<parse::Parsed, String>> {
         .spawn(move || {
             let answer = enter_network_of(&procfs, pid).and_then(|()| {
                 let environment = environment(&procfs, pid);
-                client::status(client::address(&environment)?)
+                let address = client::address(&environment)?;
+                Ok(client::status(address)?)
             });
             let _ = send.send(answer);
         });
@@ -135,13 +158,16 @@ fn ask(procfs: &Path, pid: u32) -> Receiver<Result<parse::Parsed, String>> {
 
 /// Moves the calling thread into `pid`'s network namespace (nothing to do when it is the
 /// exporter's own).
-fn enter_network_of(procfs: &Path, pid: u32) -> Result<(), String> {
+fn enter_network_of(procfs: &Path, pid: u32) -> Result<(), Refusal> {
     let path = procfs.join(format!("{pid}/ns/net"));
     let theirs = std::fs::File::open(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("process {pid} exited"),
-        _ => format!(
-            "reading process {pid}'s network namespace {NEEDS_PRIVILEGE} ptrace access (CAP_SYS_PTRACE): {e}"
-        ),
+        std::io::ErrorKind::NotFound => Refusal::from(format!("process {pid} exited")),
+        _ => Refusal {
+            why: format!(
+                "reading process {pid}'s network namespace needs ptrace access (CAP_SYS_PTRACE): {e}"
+            ),
+            unprivileged: true,
+        },
     })?;
     let same = |ours: std::fs::Metadata, theirs: std::fs::Metadata| {
         ours.ino() == theirs.ino() && ours.dev() == theirs.dev()
@@ -155,10 +181,13 @@ fn enter_network_of(procfs: &Path, pid: u32) -> Result<(), String> {
     if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
-            Some(libc::EPERM) => format!(
-                "entering process {pid}'s network namespace, where its RAS service listens, {NEEDS_PRIVILEGE} CAP_SYS_ADMIN"
-            ),
-            _ => format!("entering process {pid}'s network namespace: {e}"),
+            Some(libc::EPERM) => Refusal {
+                why: format!(
+                    "entering process {pid}'s network namespace, where its RAS service listens, needs CAP_SYS_ADMIN"
+                ),
+                unprivileged: true,
+            },
+            _ => Refusal::from(format!("entering process {pid}'s network namespace: {e}")),
         });
     }
     Ok(())
@@ -274,19 +303,29 @@ mod tests {
         let pid = job.0.id();
         let procfs = Path::new("/proc");
         // As deployed with the capability: the thread enters, and its loopback is the job's.
-        assert_eq!(on_a_thread(|| {}, || enter_network_of(procfs, pid)), Ok(()));
-        let without = on_a_thread(drop_sys_admin, || enter_network_of(procfs, pid)).unwrap_err();
+        assert_eq!(
+            on_a_thread(|| {}, || enter_network_of(procfs, pid).map_err(|r| r.why)),
+            Ok(())
+        );
+        let without = on_a_thread(drop_sys_admin, || {
+            enter_network_of(procfs, pid).map_err(|r| r.why)
+        })
+        .unwrap_err();
         assert!(without.contains("needs CAP_SYS_ADMIN"), "{without}");
-        let nobody = on_a_thread(become_nobody, || enter_network_of(procfs, pid)).unwrap_err();
+        let nobody = on_a_thread(become_nobody, || {
+            enter_network_of(procfs, pid).map_err(|r| r.why)
+        })
+        .unwrap_err();
         assert!(nobody.contains("needs ptrace access"), "{nobody}");
         // The exporter's own namespace needs nothing.
         let own = std::process::id();
         assert_eq!(
-            on_a_thread(drop_sys_admin, || enter_network_of(procfs, own)),
+            on_a_thread(drop_sys_admin, || enter_network_of(procfs, own)
+                .map_err(|r| r.why)),
             Ok(())
         );
         drop(job);
-        let gone = enter_network_of(procfs, pid).unwrap_err();
+        let gone = enter_network_of(procfs, pid).unwrap_err().why;
         assert!(gone.contains("exited"), "{gone}");
     }
 
@@ -301,16 +340,12 @@ mod tests {
                 ..Snapshot::default()
             };
             let outcome = source.sample(&mut snapshot, Duration::from_millis(100 * tick));
-            let answer = snapshot
-                .ras
-                .into_iter()
-                .find(|r| r.pid == pid)
-                .unwrap()
-                .answer;
-            match answer {
-                Err(why) if why.starts_with("asking") => {}
-                Err(why) => return (outcome, why),
-                Ok(report) => return (outcome, format!("{report:?}")),
+            // Nothing until the first answer comes.
+            let answer = snapshot.ras.into_iter().find(|r| r.pid == pid);
+            match answer.map(|r| r.answer) {
+                None => {}
+                Some(Err(why)) => return (outcome, why),
+                Some(Ok(report)) => return (outcome, format!("{report:?}")),
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -1,4 +1,4 @@
-//! A RAS client for the tests: NCCL's protocol spoken line by line.
+//! A RAS client for the tests: NCCL's protocol spoken line by line; two ranks to ask about.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -51,4 +51,15 @@ pub fn listen_on_a_free_port() -> String {
             address
         })
         .clone()
+}
+
+/// Ranks 0 and 1 of a communicator on `devices`, joined from two threads (each blocks until
+/// the other joins): their communicators.
+pub fn join_two(id: fake_nccl::UniqueId, devices: [std::ffi::c_int; 2]) -> Vec<usize> {
+    std::thread::scope(|scope| {
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| scope.spawn(move || super::join(id, rank, devices[rank as usize])))
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    })
 }

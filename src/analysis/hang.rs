@@ -3,7 +3,8 @@
 //! returns at once), whose thread has sat in one CUDA driver wait ever since it issued a
 //! collective, the GPU spinning the same way. A rank whose peer on this node works meanwhile
 //! (a barrier while rank 0 writes a checkpoint) waits for it: that is no hang, and the hang's
-//! record says whom it waits for.
+//! record says whom it waits for. Where NCCL's RAS service answered for the process (asked
+//! while a hang is tracked), the record carries what it says of the job's ranks (`ras.rs`).
 
 use super::peers::SPIN_SM_ACTIVITY_MAX;
 use super::ras;

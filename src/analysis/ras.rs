@@ -155,13 +155,11 @@ mod tests {
         ProcessRas {
             pid: 77,
             answer: Ok(RasReport {
-                pid: 77,
                 nccl_version: "2.29.3".into(),
                 format: RasFormat::Json,
                 communicators,
                 collection_seconds: 0.0,
                 timeouts: 0,
-                at: 0.0,
             }),
         }
     }

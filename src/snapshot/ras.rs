@@ -67,8 +67,6 @@ pub enum RasFormat {
 /// A RAS answer for the communicators of one GPU process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RasReport {
-    /// The process whose network namespace was asked.
-    pub pid: u32,
     /// NCCL's version as RAS states it (empty where the answer does not).
     pub nccl_version: String,
     pub format: RasFormat,
@@ -76,8 +74,6 @@ pub struct RasReport {
     /// Seconds RAS took to gather the data, and the peers it timed out on meanwhile.
     pub collection_seconds: f64,
     pub timeouts: u32,
-    /// Monotonic seconds of the exporter when the answer came.
-    pub at: f64,
 }
 
 /// The last RAS query of one GPU process.

@@ -193,7 +193,6 @@ fn a_hang_names_the_rank_ras_says_never_arrived() {
     let answer = ProcessRas {
         pid: 4242,
         answer: Ok(RasReport {
-            pid: 4242,
             nccl_version: "2.28.9".into(),
             format: RasFormat::Json,
             communicators: vec![RasCommunicator {
@@ -209,7 +208,6 @@ fn a_hang_names_the_rank_ras_says_never_arrived() {
             }],
             collection_seconds: 5.0,
             timeouts: 1,
-            at: 0.0,
         }),
     };
     let hung = run(200, |s| {

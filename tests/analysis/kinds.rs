@@ -694,7 +694,6 @@ fn peer_missing(pid: u32) -> gpu_bottleneck_exporter::snapshot::ProcessRas {
     ProcessRas {
         pid,
         answer: Ok(RasReport {
-            pid,
             nccl_version: "2.28.9".into(),
             format: RasFormat::Json,
             communicators: vec![RasCommunicator {
@@ -709,7 +708,6 @@ fn peer_missing(pid: u32) -> gpu_bottleneck_exporter::snapshot::ProcessRas {
             }],
             collection_seconds: 0.0,
             timeouts: 0,
-            at: 0.0,
         }),
     }
 }

@@ -88,13 +88,11 @@ impl Source for RasSource {
             let unprivileged = answer.as_ref().is_err_and(|r| r.unprivileged);
             let answer = match answer {
                 Ok(parsed) => Ok(RasReport {
-                    pid: *pid,
                     nccl_version: parsed.nccl_version,
                     format: parsed.format,
                     communicators: parsed.communicators,
                     collection_seconds: parsed.collection_seconds,
                     timeouts: parsed.timeouts,
-                    at: now,
                 }),
                 Err(refusal) => Err(refusal.why),
             };

@@ -37,6 +37,7 @@ HEADER_BYTES = 64
 SLOT = struct.Struct("<IIQ")  # pid, 0, device memory held
 RECORD = struct.Struct("<QQIHHHHI")  # start, end, pid, sm, occupancy, tensor, dram (per mille), flags
 COLLECTIVE_KERNEL = 1  # flags: the kernel of a collective (ground truth; the driver ignores it)
+LINK_WAIT = 2  # flags: no kernel; the time a copy took beyond a healthy PCIe link's (ground truth)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The stub libraries' cargo names, and the names a real node's processes map them under.

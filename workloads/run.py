@@ -91,6 +91,13 @@ FAMILIES = {
         "      - {{uuid: MIG-e0000000-0000-4000-8000-00000000000{i}, gpu_instance_id: 1, memory_total: 42949672960}}",
     ],
 }
+# Links trained below their maximum, by family: (generation, width, max generation, max width),
+# as NVML reports them; the stub driver's copies cross the link at that speed. A Hopper in a
+# gen 5 x16 slot whose link came up at gen 2 x4 (a riser or slot gone bad).
+PCIE_LINKS = {"degraded_link": (2, 4, 5, 16)}
+FAMILIES["degraded_link"] = [f"    pcie_generation: {PCIE_LINKS['degraded_link'][0]}", f"    pcie_width: {PCIE_LINKS['degraded_link'][1]}"]
+# The families whose devices have GPM (SM activity): Hopper's.
+GPM_FAMILIES = ("hopper", "degraded_link")
 
 
 def scenario(gpus, timelines, family="hopper", only=None):
@@ -247,6 +254,8 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     with open(os.path.join(work, "config.yaml"), "w") as f:
         f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
     env["EMUGPU_DIR"] = timelines
+    if family in PCIE_LINKS:
+        env["EMUGPU_PCIE_LINK"] = ",".join(str(n) for n in PCIE_LINKS[family])
     # Each job's NCCL RAS service on a port of its own, as two jobs sharing a node's network
     # must (every process binds it with SO_REUSEPORT: one port would mix the jobs' answers).
     env["NCCL_RAS_ADDR"] = f"127.0.0.1:{free_port()}"
@@ -331,7 +340,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         if gpu in truths:
             full, busy = truths[gpu]
             # Kernel efficiency is unobservable without GPM: compared as the device shows it.
-            shares = truth.observable(full, sm_activity=family == "hopper")
+            shares = truth.observable(full, sm_activity=family in GPM_FAMILIES)
             if shares != full:
                 row["unobservable"] = {"kernel_efficiency": full["kernel_efficiency"]}
             estimated = lost_shares(last.get(gpu, {}))

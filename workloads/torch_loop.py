@@ -16,7 +16,8 @@ A spec (a dict) says how the loop syncs:
                 "none"      no sync in the step;
   "sync_every"  steps per sync;
   "upload"      "pageable" (batch.to(device)), or "pinned" (pin_memory() then
-                non_blocking=True: no wait);
+                non_blocking=True: no wait), of images "image_side" pixels square (3
+                channels of a byte, normalized on the GPU);
   "metrics"     "tolist": the metric code calls .tolist() on a host array (no GPU involved);
 and what the step costs: "step_seconds" of kernels ("kernels" of them, a third forward),
 "sm", "host_seconds" of Python on the main thread before the step's first kernel,
@@ -66,6 +67,7 @@ DEFAULTS = {
     "loader": "light",
     "workers": 2,
     "batch": 16,
+    "image_side": 64,
     "blocking": False,
     "named": True,
     "in_order": True,
@@ -271,7 +273,7 @@ def loop(torch, spec, args, model, batches):
             break
         batch = truth.timed(common.LOADER, next, batches)
         start, cpu = time.monotonic_ns(), time.thread_time_ns()
-        host = torch.empty(len(batch) * 3 * 64 * 64)
+        host = torch.empty(len(batch) * 3 * spec["image_side"] ** 2)
         if spec["upload"] == "pinned" and spec["sync"] != "to":
             x = host.pin_memory().to("cuda", non_blocking=True)
         else:

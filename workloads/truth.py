@@ -9,6 +9,8 @@ The attribution follows the causes, not the exporter's arithmetic:
 
 - Busy time: other processes' kernels → contention; the main process's collective kernels →
   communication; its other kernels' empty SMs (1 − SM share) → kernel_efficiency.
+- Idle time while a copy of the main process takes longer than a healthy PCIe link would
+  (the stub driver notes that excess: emugpu.LINK_WAIT) → communication (the link).
 - Idle time, by what the main thread was doing at that moment: waiting for its loader → the
   loader's causes in proportion to the workers' time over the window (reading → data_io;
   decoding, on a CPU or waiting for one → data_cpu, except the wait for a CPU that the
@@ -109,9 +111,14 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
     main = main or main_pid(timeline)
     shares = dict.fromkeys(CAUSES, 0.0)
     busy = bytearray(bins)
+    link = bytearray(bins)  # bins the main process's copies waited for a degraded link
     for start, end, pid, sm, flags in kernels(timeline):
         first, last = max(0, (start - start_ns) // BIN_NS), min(bins, (end - start_ns) // BIN_NS)
         if last <= first:
+            continue
+        if flags & emugpu.LINK_WAIT:
+            for b in range(first, last) if pid == main else ():
+                link[b] = 1
             continue
         for b in range(first, last):
             busy[b] = 1
@@ -150,6 +157,10 @@ def split(timeline, directory, start_ns, end_ns, hogs=0, main=None):
             sync_credit = sync_credit + 1 if phase[b] == common.SYNC else 0
             continue
         what, unit = phase[b], 1.0 / bins
+        if link[b]:
+            # The GPU waits for a copy that a healthy link would have finished: the link's.
+            shares["communication"] += unit
+            continue
         own_work = what in (common.PYTHON, common.BACKWARD) or (what == common.LOADER and loader is None)
         drained_by_sync = sync_credit > 0 and own_work
         if drained_by_sync:

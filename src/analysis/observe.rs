@@ -102,6 +102,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 hardware_errors: hardware_errors(device),
                 remap_trouble: device.remapped_rows.is_some_and(|r| r.pending || r.failed),
                 pcie_bandwidth_share: pcie_bandwidth_share(device),
+                link_copy_excess: link_copy_excess(
+                    device,
+                    main.and_then(|p| cuda.get(&p.pid)?.copy_bytes_per_second),
+                ),
                 pcie_bytes_per_second: device
                     .pcie
                     .tx_bytes_per_second
@@ -270,11 +274,30 @@ fn lane_gbits(generation: u32) -> f64 {
     }
 }
 
-fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
+/// The PCIe link's usable Gbit/s as it trained and at its maximum generation and width.
+fn link_gbits(device: &GpuDevice) -> Option<(f64, f64)> {
     let p = device.pcie;
     let now = lane_gbits(p.generation?) * f64::from(p.width?);
     let max = lane_gbits(p.max_generation?) * f64::from(p.max_width?);
-    (max > 0.0).then(|| (now / max).min(1.0))
+    (max > 0.0).then_some((now, max))
+}
+
+fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
+    link_gbits(device).map(|(now, max)| (now / max).min(1.0))
+}
+
+/// Share of its line rate a large DMA copy moves (packet headers, flow control: a gen 4 x16
+/// link's 31.5 GB/s moves some 25 GB/s).
+const PCIE_COPY_EFFICIENCY: f64 = 0.8;
+
+/// Share of the interval a process's copies (`copied` bytes a second, to and from the device)
+/// took beyond what its GPU's link at full speed would have taken: the bytes at the link's
+/// copy rate as it trained, less at its maximum. `None` on a healthy link, or without the
+/// probes.
+fn link_copy_excess(device: &GpuDevice, copied: Option<f64>) -> Option<f64> {
+    let (now, max) = link_gbits(device).filter(|(now, max)| *now > 0.0 && now < max)?;
+    let seconds_per_byte = |gbits: f64| 8.0 / (gbits * 1e9 * PCIE_COPY_EFFICIENCY);
+    Some(copied? * (seconds_per_byte(now) - seconds_per_byte(max)))
 }
 
 #[cfg(test)]
@@ -347,5 +370,15 @@ mod tests {
         assert!((pcie_bandwidth_share(&link(4, 16)).unwrap() - 0.5).abs() < 0.001);
         assert!((pcie_bandwidth_share(&link(5, 8)).unwrap() - 0.5).abs() < 1e-9);
         assert!(pcie_bandwidth_share(&link(2, 4)).unwrap() < 0.04);
+        // 20 MB a second copied across gen 2 x4 (1.6 GB/s) instead of gen 5 x16 (50 GB/s):
+        // 12.1 ms of each second the link added; nothing on a healthy link or without the
+        // probes.
+        let excess = link_copy_excess(&link(2, 4), Some(20e6)).unwrap();
+        assert!(
+            (excess - (0.0125 - 20e6 / 50.4128e9)).abs() < 1e-9,
+            "{excess}"
+        );
+        assert_eq!(link_copy_excess(&link(5, 16), Some(20e6)), None);
+        assert_eq!(link_copy_excess(&link(2, 4), None), None);
     }
 }

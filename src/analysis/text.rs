@@ -124,6 +124,11 @@ pub fn reason(reason: &Reason) -> String {
             percent(*bandwidth),
             percent(*share)
         ),
+        Reason::SlowCopies { bandwidth, share } => format!(
+            "the GPU's PCIe link runs at {} of its maximum bandwidth: the process's copies to and from the GPU took {} of the time longer than across a full link, the GPU waiting for them",
+            percent(*bandwidth),
+            percent(*share)
+        ),
         Reason::SpunForPeers { share } => format!(
             "the process issues NCCL collectives and its GPU was busier, with its SMs empty, than its job's least busy rank (or the host waited in the driver while they crossed a saturated link, or went to its job's ranks on other nodes): it spun {} of the time in the collectives, waiting for its peers or the wire",
             percent(*share)

@@ -113,6 +113,9 @@ pub struct ProcessCuda {
     pub pid: u32,
     /// Since its probes were attached.
     pub totals: CudaTotals,
+    /// Bytes it copied to and from the device per second over the last interval (the PCIe
+    /// link's load from this process; `None` on the first read).
+    pub copy_bytes_per_second: Option<f64>,
     /// The threads that launched or waited over the last interval, busiest launcher first:
     /// the threads that drive the GPU (empty on the first read).
     pub threads: Vec<CudaThread>,

@@ -122,6 +122,10 @@ figures! {
         /// Share of its maximum bandwidth the PCIe link trained at (1.0: full generation and
         /// width).
         pcie_bandwidth_share: Option<f64> => last -> Option<f64>,
+        /// Share of the time the main GPU process's copies to and from the device took beyond
+        /// what its link at full generation and width would take (`None`: a healthy link, or
+        /// no CUDA probes on the process).
+        link_copy_excess: Option<f64> => mean -> Option<f64>,
         /// Processes on the GPU.
         processes: Option<u32> => mean_count -> Option<f64>,
         /// The main GPU process's busiest thread, share of a core.

@@ -295,6 +295,15 @@ pub enum Reason {
         /// Share of the window.
         share: f64,
     },
+    /// The main process's copies to and from the device took `share` of the window beyond
+    /// what its GPU's PCIe link at full speed would take, the link trained at `bandwidth` of
+    /// its maximum while the GPU works: that much idle time is the link's.
+    SlowCopies {
+        /// Share of its maximum bandwidth the link has.
+        bandwidth: f64,
+        /// Share of the window.
+        share: f64,
+    },
     /// The device reports no busy time (a MIG slice): the split starts from the share of the
     /// samples in which the loop waited for the GPU, `busy`, a lower bound of its busy time
     /// (the idle time and its causes are upper bounds).

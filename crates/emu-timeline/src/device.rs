@@ -206,13 +206,29 @@ impl Device {
         }
     }
 
-    /// Ends `pid`'s last kernel at `end_ns` instead of `booked_end_ns`, when nothing was booked
-    /// after it (a spin booked ahead of the clock whose wait turned out to end sooner); returns
-    /// the end it now has, or None when the device's queue has moved past it. Call under
-    /// [`Device::locked`].
-    pub fn shorten_last(&self, pid: u32, booked_end_ns: u64, end_ns: u64) -> Option<u64> {
+    /// Notes that `pid` waited for its PCIe link over `[start_ns, end_ns)` (a [`crate::LINK_WAIT`]
+    /// record: no kernel, the device's queue unmoved). Call under [`Device::locked`].
+    pub fn note_link_wait(&self, pid: u32, start_ns: u64, end_ns: u64) {
         let head = self.u64(16);
-        let last = self.record_at(head.checked_sub(1)?);
+        let mut record = [0u8; RECORD as usize];
+        record[0..8].copy_from_slice(&start_ns.to_le_bytes());
+        record[8..16].copy_from_slice(&end_ns.to_le_bytes());
+        record[16..20].copy_from_slice(&pid.to_le_bytes());
+        record[28..32].copy_from_slice(&crate::LINK_WAIT.to_le_bytes());
+        self.put(self.record_at(head), &record);
+        self.put_u64(16, head + 1);
+    }
+
+    /// Ends `pid`'s last kernel at `end_ns` instead of `booked_end_ns`, when nothing was booked
+    /// after it (a spin booked ahead of the clock whose wait turned out to end sooner; link
+    /// waits noted since are no kernels); returns the end it now has, or None when the
+    /// device's queue has moved past it. Call under [`Device::locked`].
+    pub fn shorten_last(&self, pid: u32, booked_end_ns: u64, end_ns: u64) -> Option<u64> {
+        let mut n = self.u64(16).checked_sub(1)?;
+        while self.u32(self.record_at(n) as usize + 28) & crate::LINK_WAIT != 0 {
+            n = n.checked_sub(1)?;
+        }
+        let last = self.record_at(n);
         if self.u32(last as usize + 16) != pid
             || self.u64(last + 8) != booked_end_ns
             || self.u64(24) != booked_end_ns

@@ -12,11 +12,13 @@
 //! | 16 | u64 records written so far (the ring's head) |
 //! | 24 | u64 end of the device's queue (CLOCK_MONOTONIC ns) |
 //! | 64 | process slots, 16 bytes each: u32 pid, u32 0, u64 device memory held |
-//! | 64 + 16 × slots | ring of records, 32 bytes each: u64 start ns, u64 end ns, u32 pid, u16 SM share, u16 occupancy, u16 tensor share, u16 DRAM share (each per mille), u32 flags (1: a collective's kernel, for the workload runner's ground truth; the driver ignores it) |
+//! | 64 + 16 × slots | ring of records, 32 bytes each: u64 start ns, u64 end ns, u32 pid, u16 SM share, u16 occupancy, u16 tensor share, u16 DRAM share (each per mille), u32 flags (1: a collective's kernel; 2: not a kernel but the part of a host↔device copy that a PCIe link trained below its maximum added — both for the workload runner's ground truth; the driver ignores them) |
 //!
 //! Writers hold an exclusive `flock` while they change it; this reader holds a shared one.
-//! Kernels of every process run one after another on the device's single queue, so records are
-//! ordered by start and never overlap; a record may lie in the future (queued, not yet run).
+//! Kernels of every process run one after another on the device's single queue, so kernel
+//! records are ordered by start and never overlap; a record may lie in the future (queued, not
+//! yet run). [`LINK_WAIT`] records run on the copy engines beside them: [`read`] leaves them
+//! out (NVML's utilization counts kernels only).
 
 use std::fs::File;
 use std::io;
@@ -38,6 +40,10 @@ const CAPACITY: u64 = 65536;
 const SLOTS: u64 = 64;
 /// `flags` of a collective's kernel (for the workload runner's ground truth; NVML ignores it).
 pub const COLLECTIVE_KERNEL: u32 = 1;
+/// `flags` of a record that is no kernel: the time a host↔device copy took beyond what the
+/// device's PCIe link at its maximum generation and width would have taken (the ground
+/// truth of a degraded link; [`read`] leaves it out).
+pub const LINK_WAIT: u32 = 2;
 /// Records read per backward step through the ring.
 const CHUNK: u64 = 1024;
 
@@ -139,7 +145,9 @@ pub fn read(path: &Path, since_ns: u64) -> io::Result<Timeline> {
             if kernel.end_ns < since_ns {
                 break 'walk;
             }
-            kernels.push(kernel);
+            if kernel.flags & LINK_WAIT == 0 {
+                kernels.push(kernel);
+            }
         }
         next = first;
     }
@@ -369,6 +377,9 @@ mod tests {
         let (cut, refused) = device
             .locked(|d| {
                 let ahead = d.book(7, 1_000, 1_000, Length::Until(11_000), spin, 1);
+                // A copy's wait for a degraded link, noted since, is no kernel: it neither
+                // moves the queue nor stops the cut, and NVML's reader leaves it out.
+                d.note_link_wait(7, 1_500, 2_500);
                 let cut = d.shorten_last(7, ahead.end_ns, 4_000);
                 // Another process books behind it: the spin can no longer be cut.
                 let next = d.book(8, 2_000, 0, Length::Nanos(500), spin, 0);

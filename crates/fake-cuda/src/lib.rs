@@ -16,7 +16,11 @@
 //! - streams order their work, the legacy default stream waits for every stream, events mark a
 //!   point in a stream, and stream capture records launches into a graph that `cuGraphLaunch`
 //!   books as one launch (syncing a capturing stream is refused and invalidates the capture);
-//! - device memory counts against the device's total, shared with every process on it.
+//! - device memory counts against the device's total, shared with every process on it;
+//! - a copy to or from the host moves no faster than the device's PCIe link as it trained
+//!   (`EMUGPU_PCIE_LINK`: "generation,width,max generation,max width", as NVML reports the
+//!   link; unset: a healthy one), and the time a degraded link added is noted on the timeline
+//!   for the ground truth (`emu_timeline::LINK_WAIT`).
 //!
 //! Symbols are those `cuda.h` maps its names to (`cuMemAlloc_v2`, ...), so uprobes placed on
 //! the real library's entry points find the same ones here.

@@ -88,6 +88,57 @@ pub(super) fn split_observed(
     (collective - communication).max(0.0)
 }
 
+/// Moves the idle time a degraded PCIe link cost to communication: the time the main
+/// process's copies took beyond what the link at full speed would take, at most the idle time
+/// split so far (every share charged before the busy split is idle time), less what the link
+/// was charged of the unexplained idle time already. The GPU waits for
+/// those copies while its host waits in a sync (a copy from pageable memory returns when it is
+/// done; the step's sync waits behind a non-blocking upload), so the time comes out of
+/// sync_stall first, then out of what nothing explained, then out of the other causes alike.
+pub(super) fn charge_slow_copies(lost: &mut LostTime, w: &WindowFigures) {
+    let (Some(bandwidth), Some(excess)) =
+        (network::link_degraded_under_load(w), w.link_copy_excess)
+    else {
+        return;
+    };
+    let communication = Cause::Kind(Kind::Communication);
+    // The idle time nothing explained may be the link's already.
+    let charged_before = lost
+        .reasons
+        .iter()
+        .find_map(|r| match r {
+            Reason::DegradedLink { share, .. } => Some(*share),
+            _ => None,
+        })
+        .unwrap_or(0.0);
+    let owed = (excess.min(lost.idle) - charged_before).max(0.0);
+    let mut left = owed;
+    for first in [Cause::Kind(Kind::SyncStall), Cause::Unexplained] {
+        let taken = lost.shares[first].min(left);
+        lost.shares[first] -= taken;
+        left -= taken;
+    }
+    let others = || Cause::ALL.into_iter().filter(|&c| c != communication);
+    let rest: f64 = others().map(|c| lost.shares[c]).sum();
+    let cut = if rest > 0.0 {
+        (left / rest).min(1.0)
+    } else {
+        0.0
+    };
+    for cause in others() {
+        lost.shares[cause] *= 1.0 - cut;
+    }
+    let charged = owed - left + cut * rest;
+    add(lost, communication, charged);
+    // One reason for the link's whole part.
+    lost.reasons
+        .retain(|r| !matches!(r, Reason::DegradedLink { .. }));
+    let share = charged_before + charged;
+    if share >= 0.005 {
+        lost.reasons.push(Reason::SlowCopies { bandwidth, share });
+    }
+}
+
 /// The idle share of activities seen in `seen` of the samples while the GPU worked `busy`
 /// of the window in them.
 fn idle_in(seen: f64, busy: f64) -> f64 {

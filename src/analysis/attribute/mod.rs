@@ -84,6 +84,7 @@ pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> O
             0.0
         }
     };
+    idle::charge_slow_copies(&mut lost, w);
     busy::split_busy(&mut lost, w, busy, in_collective_while_busy, t);
     Some(lost)
 }
@@ -266,6 +267,51 @@ mod tests {
         assert!(lost_time(&unseen, &[], &Thresholds::default()).is_none());
         let down = WindowFigures { up: false, ..mig };
         assert!(lost_time(&down, &[], &Thresholds::default()).is_none());
+    }
+
+    #[test]
+    fn copies_slowed_by_a_degraded_link_are_the_links_idle_time() {
+        // The host waits in loss.item() behind each step's upload, which crawls across a
+        // gen 2 x4 link: the copies took 0.25 of the time beyond a full link's.
+        let slowed = WindowFigures {
+            busy: Some(0.65),
+            stacks: stacks([0.02, 0.9, 0.0, 0.08, 0.0]),
+            pcie_bandwidth_share: Some(0.03),
+            link_copy_excess: Some(0.25),
+            ..WindowFigures::default()
+        };
+        let lost = split(slowed.clone());
+        let link = lost.share(Cause::Kind(Kind::Communication));
+        assert!(close(link, 0.25), "{lost:?}");
+        assert!(lost.share(Cause::Kind(Kind::SyncStall)) < 0.11, "{lost:?}");
+        assert!(close(lost.total(), 0.35), "{lost:?}");
+        assert!(lost
+            .reasons
+            .iter()
+            .any(|r| matches!(r, Reason::SlowCopies { share, .. } if close(*share, 0.25))));
+        // More than the idle time: the idle time, every cause's share of it.
+        let lost = split(WindowFigures {
+            link_copy_excess: Some(0.6),
+            ..slowed.clone()
+        });
+        assert!(close(lost.share(Cause::Kind(Kind::Communication)), 0.35));
+        assert!(close(lost.total(), 0.35));
+        // A healthy link, or one read while the GPU mostly idles (links slow down when
+        // idle, on purpose): the sync's.
+        for healthy in [
+            WindowFigures {
+                pcie_bandwidth_share: Some(1.0),
+                link_copy_excess: None,
+                ..slowed.clone()
+            },
+            WindowFigures {
+                busy: Some(0.3),
+                ..slowed
+            },
+        ] {
+            let lost = split(healthy);
+            assert!(close(lost.share(Cause::Kind(Kind::Communication)), 0.0));
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! several GPUs) past `job_imbalance`; seen in the stacks, the main thread mostly in a
 //! collective, whichever GPU looks busier (NCCL's kernels spin on the waiting GPU); a PCIe
 //! link trained below its maximum generation or width while the GPU works (and then the idle
-//! time nothing the main thread did explains is the link's); collectives crossing a saturated
+//! time nothing the main thread did explains is the link's, and with the CUDA probes the
+//! time its copies took beyond a full link's); collectives crossing a saturated
 //! or slow link of the node while the GPU waits — starved, or busy spinning in NCCL's kernels
 //! while its host waits in the driver after issuing them; with the CUDA probes, the process
 //! issuing NCCL collectives (real PyTorch's return at once and spin on the GPU) while its
@@ -123,6 +124,27 @@ fn advice(verdict: &GpuVerdict) -> Advice {
                 "Communicate less often: gradient accumulation over several micro-batches per all-reduce.",
                 "Overlap and batch the traffic: a larger DDP bucket_cap_mb, FSDP/ZeRO prefetch; compress gradients (PowerSGD, bf16 hooks).",
                 "Check NCCL uses the fast fabric (NCCL_SOCKET_IFNAME, NCCL_IB_HCA; NCCL_DEBUG=INFO shows the transport): multi-node training wants InfiniBand/RoCE or at least 25 GbE.",
+            ],
+        };
+    }
+    // The GPU's own PCIe link trained below its maximum, and nothing says its job waits on
+    // peers: the link is the cause.
+    let own_link_only = verdict.kind(Kind::Communication).is_some_and(|k| {
+        let evidence = &k.scored.evidence;
+        evidence
+            .iter()
+            .any(|e| e.signal == Signal::PcieBandwidthShare && e.strength >= 0.5)
+            && !evidence
+                .iter()
+                .any(|e| e.signal != Signal::PcieBandwidthShare && e.strength >= 0.5)
+    });
+    if own_link_only {
+        return Advice {
+            explanation: "This GPU's PCIe link trained below its maximum generation or width: every copy to and from the GPU (each batch's upload, each read back) crawls across it while the GPU waits.",
+            next_steps: &[
+                "Confirm the link: nvidia-smi -q -d PCIE (Link Gen / Width, current vs max) while the GPU is busy; an idle GPU lowers its link speed on purpose, a busy one should not.",
+                "Drain the node and reseat the GPU, its riser or retimer, and check the slot's BIOS settings (bifurcation, forced generation); replay and error counters (nvidia-smi -q, lspci -vv AER) point at the faulty part.",
+                "Until then, move less across the link: keep batches on the GPU (DALI, GPU-side decode), upload uint8 and normalize on the GPU.",
             ],
         };
     }

@@ -67,7 +67,8 @@ pub fn launches_between(
 
 /// Folds one read of the maps into per-process totals (launches as `launches` estimates
 /// them), and, against the previous read `seconds` before, the threads that used the driver
-/// in between (kernel launches at the rates `launch_rates` last measured). Pure.
+/// in between (kernel launches at the rates `launch_rates` last measured) and the bytes each
+/// process copied. Pure.
 pub fn fold(
     counts: &Reading,
     waits: &Reading,
@@ -77,12 +78,14 @@ pub fn fold(
 ) -> Vec<ProcessCuda> {
     let mut processes: HashMap<u32, ProcessCuda> = HashMap::new();
     let mut threads: HashMap<(u32, u32), CudaThread> = HashMap::new();
-    fn totals(processes: &mut HashMap<u32, ProcessCuda>, pid: u32) -> &mut CudaTotals {
-        let process = processes.entry(pid).or_insert_with(|| ProcessCuda {
+    fn process(processes: &mut HashMap<u32, ProcessCuda>, pid: u32) -> &mut ProcessCuda {
+        processes.entry(pid).or_insert_with(|| ProcessCuda {
             pid,
             ..ProcessCuda::default()
-        });
-        &mut process.totals
+        })
+    }
+    fn totals(processes: &mut HashMap<u32, ProcessCuda>, pid: u32) -> &mut CudaTotals {
+        &mut process(processes, pid).totals
     }
     fn thread(
         threads: &mut HashMap<(u32, u32), CudaThread>,
@@ -107,6 +110,14 @@ pub fn fold(
         let Some(counted) = PROBES.get(probe).and_then(|p| p.counted) else {
             continue;
         };
+        if matches!(counted, Counted::ToDevice | Counted::ToHost) {
+            if let Some((previous, _, seconds)) = before.filter(|b| b.2 > 0.0) {
+                let old = previous.get(&(pid, tid, probe)).map_or(0, |v| v.1);
+                *process(&mut processes, pid)
+                    .copy_bytes_per_second
+                    .get_or_insert(0.0) += bytes.saturating_sub(old) as f64 / seconds;
+            }
+        }
         let totals = totals(&mut processes, pid);
         match counted {
             Counted::Launch => {}
@@ -210,6 +221,8 @@ mod tests {
         let p = &found[0];
         assert_eq!((p.totals.launches, p.totals.graph_launches), (2000, 4));
         assert_eq!((p.totals.copies_to_host, p.totals.bytes_to_host), (20, 80));
+        // 80 bytes copied back since the read 2 s before.
+        assert_eq!(p.copy_bytes_per_second, Some(40.0));
         assert_eq!(p.totals.wait(CudaWait::Stream), 3.0);
         assert_eq!(p.totals.wait(CudaWait::Copy), 0.5);
         // The main thread waited 1 s in syncs and the whole copy wait it had not had before
@@ -229,7 +242,7 @@ mod tests {
         let none = HashMap::new();
         assert!(fold(&counts, &waits, None, &none, &HashMap::new())
             .iter()
-            .all(|p| p.threads.is_empty()));
+            .all(|p| p.threads.is_empty() && p.copy_bytes_per_second.is_none()));
     }
 
     fn key(words: [u32; 4]) -> Vec<u8> {

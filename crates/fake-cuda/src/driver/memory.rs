@@ -107,7 +107,15 @@ impl Driver {
             (_, true) => PINNED_BYTES_PER_S,
             (_, false) => PAGEABLE_BYTES_PER_S,
         };
-        let nanos = COPY_LATENCY_NS + (bytes as f64 / rate * 1e9) as u64;
+        // A copy across the PCIe link moves no faster than the link as it trained; the time
+        // beyond what the link at its maximum would take is the link's.
+        let (trained, full) = match (copy, self.pcie_bytes_per_s) {
+            (Copy::DeviceToDevice, _) | (_, None) => (rate, rate),
+            (_, Some((now, max))) => (rate.min(now), rate.min(max)),
+        };
+        let nanos = |rate: f64| COPY_LATENCY_NS + (bytes as f64 / rate * 1e9) as u64;
+        let link_ns = nanos(trained) - nanos(full);
+        let nanos = nanos(trained);
         if self.is_capturing(stream)? {
             return Err(CuResult::StreamCaptureUnsupported);
         }
@@ -133,6 +141,13 @@ impl Driver {
                 end
             }
         };
+        if link_ns > 0 {
+            let pid = self.pid;
+            let ctx = self.context(context)?;
+            let _ = ctx
+                .timeline
+                .locked(|t| t.note_link_wait(pid, end - link_ns, end));
+        }
         Ok(end)
     }
 

@@ -81,6 +81,9 @@ pub struct Driver {
     pub directory: PathBuf,
     pub devices: u32,
     pub memory_total: u64,
+    /// What the devices' PCIe links move a second in DMA copies, as they trained and at their
+    /// maximum (`None`: no limit below the copy rates, a healthy link).
+    pub pcie_bytes_per_s: Option<(f64, f64)>,
     pid: u32,
     contexts: Vec<Option<Context>>,
     primary: HashMap<u32, Handle>,
@@ -112,6 +115,38 @@ fn insert<T>(table: &mut Vec<Option<T>>, value: T) -> Handle {
     }
 }
 
+/// What a link of `EMUGPU_PCIE_LINK` moves a second in DMA copies, as it trained and at its
+/// maximum: "generation,width,max generation,max width" (the fields NVML reports; "2,4,5,16":
+/// a gen 5 x16 slot's link trained at gen 2 x4). `None` when it does not read so.
+pub fn pcie_bytes_per_s(link: &str) -> Option<(f64, f64)> {
+    // Usable Gb/s per lane after line coding (8b/10b to gen 2, 128b/130b from gen 3).
+    let lane = |generation: u32| match generation {
+        1 => Some(2.0),
+        2 => Some(4.0),
+        3 => Some(7.877),
+        4 => Some(15.754),
+        5 => Some(31.508),
+        6 => Some(63.016),
+        _ => None,
+    };
+    // Large DMA copies reach about 80 % of that (packet headers, flow control): a gen 4 x16
+    // link's 31.5 GB/s moves some 25 GB/s.
+    let copies = |generation: u32, width: u32| {
+        Some(lane(generation)? * f64::from(width) * 1e9 / 8.0 * 0.8).filter(|b| *b > 0.0)
+    };
+    let fields: Vec<u32> = link
+        .split(',')
+        .map(|f| f.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let [generation, width, max_generation, max_width] = fields[..] else {
+        return None;
+    };
+    Some((
+        copies(generation, width)?,
+        copies(max_generation, max_width)?,
+    ))
+}
+
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -130,11 +165,15 @@ impl Driver {
         if devices == 0 {
             return Err(CuResult::NoDevice);
         }
-        Ok(Driver::new(
+        let mut driver = Driver::new(
             directory.into(),
             devices,
             number("EMUGPU_MEMORY_BYTES", 85_899_345_920),
-        ))
+        );
+        if let Ok(link) = std::env::var("EMUGPU_PCIE_LINK") {
+            driver.pcie_bytes_per_s = Some(pcie_bytes_per_s(&link).ok_or(CuResult::InvalidValue)?);
+        }
+        Ok(driver)
     }
 
     pub fn new(directory: PathBuf, devices: u32, memory_total: u64) -> Driver {
@@ -142,6 +181,7 @@ impl Driver {
             directory,
             devices,
             memory_total,
+            pcie_bytes_per_s: None,
             pid: std::process::id(),
             contexts: Vec::new(),
             primary: HashMap::new(),

@@ -1,0 +1,252 @@
+//! The split's tests: window figures in, shares and reasons out.
+
+use super::*;
+use crate::analysis::{InputSource, Kind};
+use crate::snapshot::{FrameShare, PerActivity};
+
+fn stacks(shares: [f64; 5]) -> Option<ProcessStacks> {
+    let shares = PerActivity(shares);
+    Some(ProcessStacks {
+        pid: 1,
+        samples: 100,
+        shares,
+        top_frames: Vec::<FrameShare>::new(),
+        recent_samples: 10,
+        recent_shares: shares,
+        followed_thread: None,
+    })
+}
+
+fn split(w: WindowFigures) -> LostTime {
+    lost_time(&w, &[], &Thresholds::default()).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn idle_time_falls_in_what_the_thread_did_while_the_gpu_waited() {
+    // .item() every step: 60 % waiting for the GPU (which works meanwhile), 35 % Python on
+    // the queue the sync drained, 5 % loader.
+    let lost = split(WindowFigures {
+        busy: Some(0.62),
+        stacks: stacks([0.05, 0.6, 0.0, 0.35, 0.0]),
+        ..WindowFigures::default()
+    });
+    assert_eq!(lost.basis, Basis::Observed);
+    assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.35 * 0.95));
+    assert!(close(lost.total(), 0.38));
+    // The same Python without syncs: the loop itself.
+    let lost = split(WindowFigures {
+        busy: Some(0.62),
+        stacks: stacks([0.05, 0.0, 0.0, 0.95, 0.0]),
+        busiest_thread: Some(0.95),
+        ..WindowFigures::default()
+    });
+    assert!(lost.share(Cause::Kind(Kind::HostBound)) > 0.35);
+    assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.0));
+    // A copy from pageable memory every step: the thread waits for the GPU 34 % of the
+    // time, then runs Python 66 %, most of it launching while the GPU works. The GPU idles
+    // 16 %, all of it in the Python after the sync, shorter than the sync held the thread:
+    // all of it is the sync's.
+    let lost = split(WindowFigures {
+        busy: Some(0.84),
+        stacks: stacks([0.0, 0.34, 0.0, 0.66, 0.0]),
+        busiest_thread: Some(1.0),
+        ..WindowFigures::default()
+    });
+    assert!(
+        close(lost.share(Cause::Kind(Kind::SyncStall)), 0.16),
+        "{lost:?}"
+    );
+    assert!(
+        close(lost.share(Cause::Kind(Kind::HostBound)), 0.0),
+        "{lost:?}"
+    );
+}
+
+#[test]
+fn without_a_busy_fraction_the_stacks_split_from_the_loops_own_waits() {
+    // A MIG slice: no utilization. The loop waits for the GPU 60 % of the time, runs
+    // Python after each sync 35 %: the GPU was busy at least 60 %.
+    let mig = WindowFigures {
+        up: true,
+        busy: None,
+        stacks: stacks([0.05, 0.6, 0.0, 0.35, 0.0]),
+        ..WindowFigures::default()
+    };
+    let lost = split(mig.clone());
+    assert_eq!(lost.basis, Basis::Observed);
+    assert!(close(lost.idle, 0.4));
+    assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.35));
+    assert!(matches!(
+        lost.reasons[0],
+        Reason::BusyFromSyncs { busy } if close(busy, 0.6)
+    ));
+    // No stacks, or a GPU that does not answer: nothing to split from.
+    let unseen = WindowFigures {
+        stacks: None,
+        ..mig.clone()
+    };
+    assert!(lost_time(&unseen, &[], &Thresholds::default()).is_none());
+    let down = WindowFigures { up: false, ..mig };
+    assert!(lost_time(&down, &[], &Thresholds::default()).is_none());
+}
+
+#[test]
+fn copies_slowed_by_a_degraded_link_are_the_links_idle_time() {
+    // The host waits in loss.item() behind each step's upload, which crawls across a
+    // gen 2 x4 link: the copies took 0.25 of the time beyond a full link's.
+    let slowed = WindowFigures {
+        busy: Some(0.65),
+        stacks: stacks([0.02, 0.9, 0.0, 0.08, 0.0]),
+        pcie_bandwidth_share: Some(0.03),
+        link_copy_excess: Some(0.25),
+        ..WindowFigures::default()
+    };
+    let lost = split(slowed.clone());
+    let link = lost.share(Cause::Kind(Kind::Communication));
+    assert!(close(link, 0.25), "{lost:?}");
+    assert!(lost.share(Cause::Kind(Kind::SyncStall)) < 0.11, "{lost:?}");
+    assert!(close(lost.total(), 0.35), "{lost:?}");
+    assert!(lost
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::SlowCopies { share, .. } if close(*share, 0.25))));
+    // More than the idle time: the idle time, every cause's share of it.
+    let lost = split(WindowFigures {
+        link_copy_excess: Some(0.6),
+        ..slowed.clone()
+    });
+    assert!(close(lost.share(Cause::Kind(Kind::Communication)), 0.35));
+    assert!(close(lost.total(), 0.35));
+    // A healthy link, or one read while the GPU mostly idles (links slow down when
+    // idle, on purpose): the sync's.
+    for healthy in [
+        WindowFigures {
+            pcie_bandwidth_share: Some(1.0),
+            link_copy_excess: None,
+            ..slowed.clone()
+        },
+        WindowFigures {
+            busy: Some(0.3),
+            ..slowed
+        },
+    ] {
+        let lost = split(healthy);
+        assert!(close(lost.share(Cause::Kind(Kind::Communication)), 0.0));
+    }
+}
+
+#[test]
+fn a_loader_wait_goes_to_what_the_workers_did() {
+    let waiting = WindowFigures {
+        busy: Some(0.25),
+        stacks: stacks([0.94, 0.05, 0.0, 0.01, 0.0]),
+        workers: Some(2.0),
+        workers_cpu: Some(0.1),
+        cpu_wait: Some(0.0),
+        workers_disk_wait: Some(0.0),
+        disk_util: Some(0.01),
+        iowait: Some(0.0),
+        ..WindowFigures::default()
+    };
+    // Workers asleep while the disks are quiet: remote input.
+    let lost = split(waiting.clone());
+    assert!(lost.share(Cause::Kind(Kind::SyncStall)) < 0.02);
+    let io = lost.share(Cause::Kind(Kind::DataIo));
+    assert!(io > 0.6, "{lost:?}");
+    assert_eq!(lost.input, Some(InputSource::Remote));
+    assert!(close(lost.total(), 0.75));
+    // Workers computing: data_cpu.
+    let lost = split(WindowFigures {
+        workers_cpu: Some(1.9),
+        ..waiting.clone()
+    });
+    assert!(lost.share(Cause::Kind(Kind::DataCpu)) > 0.6);
+    // Workers waiting for CPUs others hold (2 CPUs, others use most of them): the job
+    // alone (2.1 cores wanted) would have waited a tenth of what it did.
+    let lost = split(WindowFigures {
+        workers_cpu: Some(0.5),
+        cpu_wait: Some(1.3),
+        job_cpus: Some(2.0),
+        own_cpu: Some(0.4),
+        other_cpu: Some(0.6),
+        ..waiting.clone()
+    });
+    assert!(
+        lost.share(Cause::Kind(Kind::Contention)) > lost.share(Cause::Kind(Kind::DataCpu)),
+        "{lost:?}"
+    );
+    // The same wait with the job's own threads filling its CPUs: data_cpu.
+    let lost = split(WindowFigures {
+        workers_cpu: Some(0.5),
+        cpu_wait: Some(1.3),
+        job_cpus: Some(2.0),
+        own_cpu: Some(0.98),
+        other_cpu: Some(0.02),
+        ..waiting
+    });
+    assert!(lost.share(Cause::Kind(Kind::Contention)) < 0.05, "{lost:?}");
+}
+
+#[test]
+fn python_waits_for_a_cpu_are_contention_for_the_part_others_caused() {
+    // The main thread runs Python in 90 % of the samples but holds a core only 45 % of
+    // the time: it waits for a CPU half of its Python. A main thread and one worker on two
+    // CPUs beside three hogs: alone the job (2 cores wanted) would not have waited.
+    let hogged = WindowFigures {
+        busy: Some(0.5),
+        stacks: stacks([0.0, 0.0, 0.0, 0.9, 0.1]),
+        busiest_thread: Some(0.45),
+        workers: Some(1.0),
+        cpu_wait: Some(1.2),
+        job_cpus: Some(2.0),
+        own_cpu: Some(0.4),
+        other_cpu: Some(0.6),
+        ..WindowFigures::default()
+    };
+    let lost = split(hogged.clone());
+    let contention = lost.share(Cause::Kind(Kind::Contention));
+    let host = lost.share(Cause::Kind(Kind::HostBound));
+    assert!(contention > 0.15 && close(contention, host), "{lost:?}");
+    // The same wait where the job's own threads want 3.1 cores of its two: they would
+    // have waited 1.1 of the 1.2 alone; others caused the rest.
+    let crowded = split(WindowFigures {
+        own_cpu: Some(0.95),
+        other_cpu: Some(0.05),
+        ..hogged.clone()
+    });
+    let contention = crowded.share(Cause::Kind(Kind::Contention));
+    assert!(contention > 0.0 && contention < 0.03, "{crowded:?}");
+    // Others may add no more wait than the CPUs they hold.
+    let light = split(WindowFigures {
+        own_cpu: Some(0.5),
+        other_cpu: Some(0.1),
+        ..hogged
+    });
+    let share =
+        light.share(Cause::Kind(Kind::Contention)) / lost.share(Cause::Kind(Kind::Contention));
+    assert!(close(share, 0.2 / 1.2), "{light:?}");
+}
+
+#[test]
+fn busy_time_taken_or_wasted_is_capped_by_the_busy_time() {
+    let lost = split(WindowFigures {
+        busy: Some(0.9),
+        sm_activity: Some(0.1),
+        sharing: Some(crate::snapshot::Sharing {
+            working: Some(2),
+            main_work_share: Some(0.5),
+            ..Default::default()
+        }),
+        ..WindowFigures::default()
+    });
+    assert_eq!(lost.basis, Basis::Inferred);
+    assert!(close(lost.share(Cause::Kind(Kind::Contention)), 0.45));
+    // The main job's half of the busy time, with its SMs empty 1 - 0.1/0.9 of it.
+    assert!(close(lost.share(Cause::Kind(Kind::KernelEfficiency)), 0.4));
+    assert!(close(lost.share(Cause::Unexplained), 0.1));
+    assert!(close(lost.total(), 0.95));
+}

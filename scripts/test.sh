@@ -157,6 +157,9 @@ python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-
 step "one job on two nodes: an exporter per rank's GPU, a real Prometheus with the rules; GPUJobStraggler on the straggler's node only"
 python3 workloads/two_nodes.py --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
+step "the same two nodes, node-1's InfiniBand port at 10 Gb/s: both GPUs communication, node-1 names its port"
+python3 workloads/two_nodes.py --slow-link --exporter target/debug/gpu-bottleneck-exporter \
+  --nvml-library target/debug/libfake_nvml.so
 
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"
 # Slow (about 33 s a loop): the split is compared over a 20 s window after 10 s of warm-up, and

@@ -39,7 +39,8 @@ that stops arriving after 5 s, a hang for the others; with "stop_how": "freeze" 
 stops, as a lost node does); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
 idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
-workers are pinned to (torchrun --bind-core-list, numactl).
+workers are pinned to (torchrun --bind-core-list, numactl); "env": variables a rank's process
+gets (as each node's launcher sets its own: NCCL_IB_HCA; $VARIABLES in them expanded).
 
     python3 workloads/torch_loop.py --spec '{"sync": "nan_check"}' --seconds 30
 """
@@ -87,6 +88,7 @@ DEFAULTS = {
     "checkpoint_every": 0,
     "checkpoint_seconds": 0.0,
     "cpus": None,
+    "env": {},
 }
 
 
@@ -187,6 +189,7 @@ def train(spec, args):
 
 
 def train_rank(spec, args, rank=0, store=None):
+    os.environ.update({name: os.path.expandvars(value) for name, value in spec["env"].items()})
     if spec["cpus"]:
         os.sched_setaffinity(0, spec["cpus"])
     torch = import_torch(args.real)

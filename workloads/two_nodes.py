@@ -14,7 +14,13 @@ elsewhere. The Slurm job is the ranks' cgroup (`.../job_4242/step_0/...`, as slu
 v1 cpu hierarchy where the host uses one, else in cgroup v2): it needs root and a writable
 cgroup filesystem, and says "skipped" without them.
 
-Usage: workloads/two_nodes.py [--exporter BIN] [--nvml-library LIB] [--seconds N]
+With --slow-link, the job is communication_slow_ib_link instead: two balanced ranks whose
+all-reduces cross each node's InfiniBand port, node-1's at 10 Gb/s, node-0's at 200 (each
+node's sysfs a copy of the host's with its own HCA, the stub NCCL moving the data at its
+rank's port's rate and counting it there). Asserts both GPUs communication, node-1's naming its
+slow port, node-0's not, and no straggler alert (every rank waits for the same wire).
+
+Usage: workloads/two_nodes.py [--slow-link] [--exporter BIN] [--nvml-library LIB] [--seconds N]
 """
 import argparse
 import json
@@ -34,11 +40,33 @@ import emugpu  # noqa: E402
 import run  # noqa: E402
 from loopback import free_port, query, short_rules, start_prometheus  # noqa: E402
 
-WORKLOAD = "communication_ddp_straggler"
 SLURM_JOB = "4242"
-EXPECT = {0: "communication", 1: "data_cpu"}
 STRAGGLER_NODE = "node-1"
 HOLD_S = 10
+# What each node's exporter must name for the slow link (SlowLink's detail), and each node's
+# port: (signalling rate, what `rate` reads).
+SLOW_LINK_DETAIL = "mlx5_0 port 1 runs at 10 Gb/s"
+PORTS = {0: "200 Gb/sec (4X HDR)", 1: "10 Gb/sec (4X SDR)"}
+
+
+def node_sysfs(root, rate):
+    """A node's sysfs at `root`: the host's, entry by entry (symlinks), but for
+    class/infiniband, which holds one HCA, mlx5_0, whose port 1 signals at `rate` with its data
+    counters at zero (the stub NCCL adds to them)."""
+    os.makedirs(os.path.join(root, "class"))
+    for entry in os.listdir("/sys"):
+        if entry != "class":
+            os.symlink(os.path.join("/sys", entry), os.path.join(root, entry))
+    for entry in os.listdir("/sys/class"):
+        if entry != "infiniband":
+            os.symlink(os.path.join("/sys/class", entry), os.path.join(root, "class", entry))
+    port = os.path.join(root, "class", "infiniband", "mlx5_0", "ports", "1")
+    os.makedirs(os.path.join(port, "counters"))
+    for name, text in (("rate", rate), ("state", "4: ACTIVE"), ("link_layer", "InfiniBand"),
+                       ("counters/port_xmit_data", "0"), ("counters/port_rcv_data", "0"),
+                       ("counters/port_xmit_wait", "0")):
+        with open(os.path.join(port, name), "w") as f:
+            f.write(text + "\n")
 
 
 def cgroup_mount(controller):
@@ -93,7 +121,10 @@ def main():
     parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
     parser.add_argument("--seconds", type=float, default=90, help="the longest to wait for the alert")
+    parser.add_argument("--slow-link", action="store_true", help="the job whose node-1 has a slow InfiniBand port")
     args = parser.parse_args()
+    workload = "communication_slow_ib_link" if args.slow_link else "communication_ddp_straggler"
+    expect = {0: "communication", 1: "communication"} if args.slow_link else {0: "communication", 1: "data_cpu"}
     if os.geteuid() != 0 or not shutil.which("prometheus"):
         print("two nodes: skipped (needs root for the job's cgroup, and prometheus)")
         return
@@ -112,14 +143,19 @@ def main():
     try:
         # One exporter per rank's GPU: node-<n> sees GPU n alone.
         ports = {}
-        for gpu in EXPECT:
+        for gpu in expect:
             node = os.path.join(work, f"node-{gpu}")
             os.makedirs(node)
             with open(os.path.join(node, "scenario.yaml"), "w") as f:
-                f.write(run.scenario(len(EXPECT), timelines, only=[gpu]))
+                f.write(run.scenario(len(expect), timelines, only=[gpu]))
             ports[gpu] = free_port()
             with open(os.path.join(node, "config.yaml"), "w") as f:
                 f.write(run.config(ports[gpu], os.path.abspath(args.nvml_library), 12, 4))
+                if args.slow_link:
+                    # The node's sysfs, where the rank on it finds its HCA too.
+                    sysfs = os.path.join(timelines, f"node-{gpu}", "sys")
+                    node_sysfs(sysfs, PORTS[gpu])
+                    f.write(f"paths: {{sysfs: {sysfs}}}\n")
             node_env = dict(env, NODE_NAME=f"node-{gpu}", FAKE_NVML_SCENARIO=os.path.join(node, "scenario.yaml"))
             processes.append(subprocess.Popen(
                 [args.exporter, "--config", os.path.join(node, "config.yaml")], env=node_env,
@@ -132,13 +168,13 @@ def main():
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write("0")
         workload = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, f"{WORKLOAD}.py"), "--seconds", str(args.seconds + 30)],
+            [sys.executable, os.path.join(HERE, f"{workload}.py"), "--seconds", str(args.seconds + 30)],
             env=env, stdout=open(os.path.join(work, "workload.log"), "w"), stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=enter_job)
         processes.append(workload)
         started = time.monotonic()
         progress = open(os.path.join(work, "progress.jsonl"), "w")
-        firing, verdicts, score, seen_elsewhere = [], {}, {}, set()
+        firing, verdicts, score, seen_elsewhere, named, communication = [], {}, {}, set(), {}, {}
         # Once it fires as expected, it is watched a while longer: node-0 must not follow.
         settled_at = None
         while time.monotonic() - started < args.seconds and (settled_at is None or time.monotonic() - settled_at < HOLD_S):
@@ -147,6 +183,9 @@ def main():
                 try:
                     answer = run.diagnosis(port)
                     verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
+                    named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
+                    lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}
+                    communication[gpu] = lost.get("communication", 0.0)
                 except OSError:
                     pass
             try:
@@ -158,10 +197,14 @@ def main():
             progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "score": score,
                                        "firing": [m for m, _ in firing]}) + "\n")
             progress.flush()
-            # Done once the alert fired on the straggler with its own verdict, and each node's
-            # verdict is its rank's.
-            if settled_at is None and all(verdicts.get(g) == v for g, v in EXPECT.items()) \
-                    and any(m.get("node") == STRAGGLER_NODE and m.get("verdict") == EXPECT[1] for m, _ in firing):
+            # Done once each node's verdict is its rank's and the alert fired on the straggler
+            # with its own verdict (with the slow link: node-1 names its port).
+            expected = all(verdicts.get(g) == v for g, v in expect.items())
+            if args.slow_link:
+                expected = expected and named.get(1)
+            else:
+                expected = expected and any(m.get("node") == STRAGGLER_NODE and m.get("verdict") == expect[1] for m, _ in firing)
+            if settled_at is None and expected:
                 settled_at = time.monotonic()
         took = time.monotonic() - started
     finally:
@@ -170,28 +213,36 @@ def main():
             run.stop(process)
         prometheus.wait()
         remove_cgroup(cgroup)
-    print("| node | GPU's verdict | expected | straggler score | GPUJobStraggler |")
-    print("|---|---|---|---|---|")
-    for gpu, expected in EXPECT.items():
+    print("| node | GPU's verdict | expected | communication | names the slow port | straggler score | GPUJobStraggler |")
+    print("|---|---|---|---|---|---|---|")
+    for gpu, expected in expect.items():
         node = f"node-{gpu}"
         fired = [m for m, _ in firing if m.get("node") == node]
-        print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {score.get(node, float('nan')):.2f} | "
+        print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {communication.get(gpu, 0.0):.2f} | "
+              f"{'yes' if named.get(gpu) else 'no'} | "
+              f"{score.get(node, float('nan')):.2f} | "
               f"{'firing (' + fired[0].get('job_name', '?') + ', ' + fired[0].get('verdict', '?') + ')' if fired else '-'} |")
-    print(f"two nodes: {took:.0f} s ({HOLD_S} s after the alert fired); logs in {work}")
+    print(f"two nodes: {took:.0f} s ({HOLD_S} s after the verdicts settled); logs in {work}")
     problems = []
-    for gpu, expected in EXPECT.items():
+    for gpu, expected in expect.items():
         if verdicts.get(gpu) != expected:
             problems.append(f"node-{gpu}'s GPU reads {verdicts.get(gpu)}, expected {expected}")
     straggler = [m for m, _ in firing if m.get("node") == STRAGGLER_NODE]
-    if not straggler:
+    if args.slow_link:
+        if not named.get(1) or named.get(0):
+            problems.append(f"the slow port named by node-1: {named.get(1)}, by node-0: {named.get(0)}")
+        if firing:
+            problems.append(f"GPUJobStraggler fired on {sorted(m.get('node') for m, _ in firing)}")
+    elif not straggler:
         problems.append("GPUJobStraggler never fired for node-1's GPU")
-    elif straggler[0].get("job_name") != f"slurm-{SLURM_JOB}" or straggler[0].get("verdict") != EXPECT[1]:
+    elif straggler[0].get("job_name") != f"slurm-{SLURM_JOB}" or straggler[0].get("verdict") != expect[1]:
         problems.append(f"GPUJobStraggler's labels: {json.dumps(straggler[0])}")
-    if seen_elsewhere:
+    if seen_elsewhere and not args.slow_link:
         problems.append(f"GPUJobStraggler fired on {sorted(seen_elsewhere)} too")
     if problems:
         sys.exit("two nodes: " + "; ".join(problems))
-    print("two nodes: GPUJobStraggler fires for the straggler's node only")
+    print("two nodes: " + ("node-1 names its slow port, both GPUs wait for it" if args.slow_link
+                           else "GPUJobStraggler fires for the straggler's node only"))
 
 
 if __name__ == "__main__":

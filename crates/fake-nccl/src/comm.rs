@@ -66,9 +66,12 @@ const WORDS: u64 = 2 * SLOTS;
 
 /// What the communicator's thread shares with the calls.
 struct InFlight {
-    /// Collectives this rank issued whose wait has not ended here: (number, arrival told).
-    numbers: Mutex<Vec<(u64, bool)>>,
+    /// Collectives this rank issued whose wait has not ended here: (number, arrival told,
+    /// bytes it moves).
+    numbers: Mutex<Vec<(u64, bool, u64)>>,
     stop: AtomicBool,
+    /// The InfiniBand port its transfers cross, whose counters they add to.
+    port: Option<crate::ib::Port>,
 }
 
 pub struct Comm {
@@ -97,6 +100,7 @@ impl Comm {
         rank: usize,
         ranks: usize,
         bus_bytes_per_s: u64,
+        port: Option<crate::ib::Port>,
     ) -> Result<Comm, &'static str> {
         let driver = cuda::driver().ok_or("no CUDA driver")?;
         let (mut context, mut device, mut module, mut function) = (
@@ -128,6 +132,7 @@ impl Comm {
         let in_flight = Arc::new(InFlight {
             numbers: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            port,
         });
         let carried = (shared.clone(), in_flight.clone());
         std::thread::Builder::new()
@@ -167,8 +172,8 @@ impl Comm {
         self.shared.count_issued(self.rank, operation.function());
         let word = &self.words[(number % WORDS) as usize];
         word.store(0, Ordering::SeqCst);
-        let transfer =
-            LATENCY_S + operation.bus_factor(self.ranks) * bytes as f64 / self.bus_bytes_per_s;
+        let moved = operation.bus_factor(self.ranks) * bytes as f64;
+        let transfer = LATENCY_S + moved / self.bus_bytes_per_s;
         let mut cost = KernelCost {
             seconds: transfer,
             sm: SPIN_SM,
@@ -178,7 +183,7 @@ impl Comm {
             flags: emu_timeline::COLLECTIVE_KERNEL | UNTIL_WORD,
             until_ns: word.as_ptr() as u64,
         };
-        self.lock_in_flight().push((number, false));
+        self.lock_in_flight().push((number, false, moved as u64));
         let mut params = [(&mut cost as *mut KernelCost).cast::<std::ffi::c_void>()];
         // SAFETY: the stub driver's entry points with valid handles and a cost argument that
         // outlives the call (the driver copies it).
@@ -203,13 +208,13 @@ impl Comm {
             code
         };
         if launched != SUCCESS {
-            self.lock_in_flight().retain(|(n, _)| *n != number);
+            self.lock_in_flight().retain(|(n, _, _)| *n != number);
             return Err(crate::UNHANDLED_CUDA_ERROR);
         }
         Ok(())
     }
 
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, Vec<(u64, bool)>> {
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, Vec<(u64, bool, u64)>> {
         self.in_flight
             .numbers
             .lock()
@@ -222,7 +227,7 @@ impl Comm {
         self.aborted.store(true, Ordering::SeqCst);
         self.shared.set_aborted(self.rank);
         let now = now_ns();
-        for (number, _) in self.lock_in_flight().drain(..) {
+        for (number, _, _) in self.lock_in_flight().drain(..) {
             self.words[(number % WORDS) as usize].store(now, Ordering::SeqCst);
         }
     }
@@ -241,7 +246,7 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks
     while !in_flight.stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_micros(250));
         let mut numbers = in_flight.numbers.lock().unwrap_or_else(|p| p.into_inner());
-        numbers.retain_mut(|(number, told)| {
+        numbers.retain_mut(|(number, told, moved)| {
             let word = &words[(*number % WORDS) as usize];
             if !*told {
                 let mut start = 0;
@@ -260,6 +265,10 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks
                 end => {
                     word.store(end, Ordering::SeqCst);
                     shared.read_end(*number);
+                    // The transfer starts now: its bytes cross the port.
+                    if let Some(port) = &in_flight.port {
+                        port.count(*moved);
+                    }
                     false
                 }
             }

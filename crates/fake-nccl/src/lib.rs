@@ -11,13 +11,16 @@
 //!
 //! The ranks find each other through the file the unique id names (shared.rs), under
 //! `EMUGPU_DIR` or the temporary directory. Each process runs NCCL's RAS service (ras.rs),
-//! answering from those files. Not emulated (yet): point-to-point sends and
-//! receives, fused groups (a group's collectives run as separate kernels), link counters.
+//! answering from those files. A rank whose `NCCL_IB_HCA` names a port (ib.rs) moves its data
+//! at that port's rate and counts it in the port's counters. Not emulated (yet):
+//! point-to-point sends and receives, fused groups (a group's collectives run as separate
+//! kernels), NVLink counters.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 pub mod comm;
 pub mod cuda;
+pub mod ib;
 pub mod ras;
 pub mod shared;
 
@@ -148,12 +151,18 @@ pub unsafe extern "C" fn ncclCommInitRank(
     if !shared.agree_ranks(ranks as u32) {
         return INVALID_ARGUMENT;
     }
-    let bus = std::env::var("FAKE_NCCL_BUS_BYTES_PER_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|b| *b >= 1.0)
-        .unwrap_or(100e9) as u64;
-    match Comm::join(shared, rank as usize, ranks as usize, bus) {
+    // Across an InfiniBand port where one is named, at its rate; else at the bus bandwidth
+    // given (NVLink's, 100 GB/s by default).
+    let port = ib::Port::from_env();
+    let bus = match &port {
+        Some(port) => port.bytes_per_second,
+        None => std::env::var("FAKE_NCCL_BUS_BYTES_PER_S")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|b| *b >= 1.0)
+            .unwrap_or(100e9),
+    } as u64;
+    match Comm::join(shared, rank as usize, ranks as usize, bus, port) {
         Ok(joined) => {
             comm.write(Box::into_raw(Box::new(joined)));
             SUCCESS

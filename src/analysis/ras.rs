@@ -3,7 +3,7 @@
 //! RAS's pids are the job's (a container's pid namespace), so every communicator of the
 //! answer counts: RAS reports the job's, not one process's.
 
-use crate::snapshot::{ProcessRas, RasCommunicator, RasEvidence, RasFormat};
+use crate::snapshot::{ProcessRas, RasCommunicator, RasEvidence, RasFormat, RasRank};
 
 /// Ranks named per communicator and kind before the rest are counted.
 const NAMED_MAX: usize = 4;
@@ -37,6 +37,7 @@ pub fn evidence(ras: &ProcessRas) -> RasEvidence {
                 whose(m.pid, &m.host, m.nvml_dev)
             )
         }));
+        parts.extend(named(comm.ranks.iter().filter_map(failed)));
         parts.extend(named(behind.into_iter()));
         if !parts.is_empty() {
             said.push(format!(
@@ -108,6 +109,37 @@ fn behind(comm: &RasCommunicator, format: RasFormat) -> Vec<String> {
     found.into_iter().map(|(_, text)| text).collect()
 }
 
+/// A rank that aborted its communicator (its watchdog's timeout, an error it tore itself down
+/// for) or holds an asynchronous error, described: often the first to fail, whom the others
+/// then wait for.
+fn failed(rank: &RasRank) -> Option<String> {
+    let who = whose(rank.pid, &rank.host, rank.nvml_dev);
+    let error = match rank.async_error {
+        0 => None,
+        1 => Some("unhandled CUDA error"),
+        2 => Some("system error"),
+        3 => Some("internal error"),
+        4 => Some("invalid argument"),
+        5 => Some("invalid usage"),
+        6 => Some("remote error: a peer exited or the network failed"),
+        7 => Some("operation in progress"),
+        _ => Some("unknown error"),
+    };
+    match (rank.aborted, error) {
+        (false, None) => None,
+        (true, None) => Some(format!(
+            "rank {} ({who}) aborted its communicator",
+            rank.rank
+        )),
+        (aborted, Some(error)) => Some(format!(
+            "rank {} ({who}) {}NCCL error {} ({error})",
+            rank.rank,
+            if aborted { "aborted on " } else { "holds " },
+            rank.async_error
+        )),
+    }
+}
+
 fn whose(pid: Option<u32>, host: &str, device: Option<i32>) -> String {
     let mut parts = Vec::new();
     if let Some(pid) = pid {
@@ -138,7 +170,7 @@ fn named(all: impl Iterator<Item = String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{RasMissingRank, RasRank, RasReport};
+    use crate::snapshot::{RasMissingRank, RasReport};
 
     fn rank(rank: u32, all_reduce: u64) -> RasRank {
         RasRank {
@@ -205,6 +237,33 @@ mod tests {
             "{}",
             evidence.summary
         );
+    }
+
+    #[test]
+    fn a_rank_that_aborted_or_holds_an_error_is_named() {
+        let aborted = RasRank {
+            aborted: true,
+            ..rank(1, 12)
+        };
+        let erred = RasRank {
+            async_error: 6,
+            ..rank(2, 12)
+        };
+        let comm = RasCommunicator {
+            hash: "0xabc".into(),
+            size: 3,
+            ranks: vec![rank(0, 12), aborted, erred],
+            missing: vec![],
+        };
+        let summary = evidence(&answer(vec![comm])).summary;
+        assert!(
+            summary.contains("rank 1 (pid 4001 on 10.0.0.7 GPU 1) aborted its communicator")
+                && summary.contains(
+                    "rank 2 (pid 4002 on 10.0.0.7 GPU 2) holds NCCL error 6 (remote error"
+                ),
+            "{summary}"
+        );
+        assert!(!summary.contains("rank 0"), "{summary}");
     }
 
     #[test]

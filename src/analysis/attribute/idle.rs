@@ -91,10 +91,10 @@ pub(super) fn split_observed(
 /// Moves the idle time a degraded PCIe link cost to communication: the time the main
 /// process's copies took beyond what the link at full speed would take, at most the idle time
 /// split so far (every share charged before the busy split is idle time), less what the link
-/// was charged of the unexplained idle time already. The GPU waits for
-/// those copies while its host waits in a sync (a copy from pageable memory returns when it is
-/// done; the step's sync waits behind a non-blocking upload), so the time comes out of
-/// sync_stall first, then out of what nothing explained, then out of the other causes alike.
+/// was charged of the unexplained idle time already. The GPU waits for those copies while its
+/// host waits in a sync (a copy from pageable memory returns when it is done; the step's sync
+/// waits behind a non-blocking upload), so the time comes out of sync_stall first, then out of
+/// what nothing explained, then out of the other causes alike.
 pub(super) fn charge_slow_copies(lost: &mut LostTime, w: &WindowFigures) {
     let (Some(bandwidth), Some(excess)) =
         (network::link_degraded_under_load(w), w.link_copy_excess)

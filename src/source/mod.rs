@@ -6,6 +6,7 @@
 pub mod cuda;
 pub mod culprits;
 pub mod demo;
+pub mod environ;
 pub mod gpu;
 pub mod host;
 #[cfg(feature = "kubernetes")]

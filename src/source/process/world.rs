@@ -3,15 +3,11 @@
 //! Read once per process: what the launcher set does not change.
 
 use crate::snapshot::World;
+use crate::source::environ::variable;
 
 /// The job as the first launcher whose variables are present describes it.
 pub fn parse_environ(bytes: &[u8]) -> Option<World> {
-    let get = |name: &str| -> Option<u32> {
-        bytes.split(|&b| b == 0).find_map(|entry| {
-            let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
-            std::str::from_utf8(value).ok()?.trim().parse().ok()
-        })
-    };
+    let get = |name: &str| -> Option<u32> { variable(bytes, name)?.trim().parse().ok() };
     // SLURM_NTASKS_PER_NODE may read "4(x2)": only the plain counts are used.
     let launchers = [
         ("WORLD_SIZE", Some("LOCAL_WORLD_SIZE"), None),

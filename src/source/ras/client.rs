@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::parse::{self, Parsed};
+use crate::source::environ::variable;
 
 /// NCCL's client port and protocol (`NCCL_RAS_CLIENT_PORT`, `NCCL_RAS_CLIENT_PROTOCOL`).
 pub const DEFAULT_PORT: u16 = 28028;
@@ -19,13 +20,8 @@ const ANSWER_BYTES_MAX: u64 = 32 << 20;
 
 /// Where a process's RAS service listens, from its environment (`NCCL_RAS_ADDR`, as NCCL
 /// reads it: `host:port`, `[v6]:port`), or `Err` when the job turned RAS off.
-pub fn address(environment: &[(String, String)]) -> Result<SocketAddr, String> {
-    let get = |name: &str| {
-        environment
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
+pub fn address(environ: &[u8]) -> Result<SocketAddr, String> {
+    let get = |name: &str| variable(environ, name);
     if get("NCCL_RAS_ENABLE") == Some("0") {
         return Err("the job turned RAS off (NCCL_RAS_ENABLE=0)".into());
     }
@@ -146,10 +142,11 @@ fn exchange(address: SocketAddr) -> Result<Parsed, String> {
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// An environ file's bytes with these variables.
+    fn env(pairs: &[(&str, &str)]) -> Vec<u8> {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .flat_map(|(k, v)| format!("{k}={v}\0").into_bytes())
             .collect()
     }
 

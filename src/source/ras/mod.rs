@@ -193,17 +193,8 @@ fn enter_network_of(procfs: &Path, pid: u32) -> Result<(), Refusal> {
 
 /// The process's environment (`NCCL_RAS_ADDR`, `NCCL_RAS_ENABLE`); empty where unreadable,
 /// which leaves NCCL's defaults.
-fn environment(procfs: &Path, pid: u32) -> Vec<(String, String)> {
-    let bytes = std::fs::read(procfs.join(format!("{pid}/environ"))).unwrap_or_default();
-    bytes
-        .split(|&b| b == 0)
-        .filter_map(|entry| {
-            let entry = std::str::from_utf8(entry).ok()?;
-            let (name, value) = entry.split_once('=')?;
-            name.starts_with("NCCL_RAS")
-                .then(|| (name.to_string(), value.to_string()))
-        })
-        .collect()
+fn environment(procfs: &Path, pid: u32) -> Vec<u8> {
+    std::fs::read(procfs.join(format!("{pid}/environ"))).unwrap_or_default()
 }
 
 #[cfg(test)]

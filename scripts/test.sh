@@ -167,7 +167,7 @@ slow_link_rc=0
 wait "$slow_link" || slow_link_rc=$?
 cat "$slow_link_log"
 rm -f "$slow_link_log"
-[ "$straggler_rc" = 0 ] && [ "$slow_link_rc" = 0 ]
+if [ "$straggler_rc" != 0 ] || [ "$slow_link_rc" != 0 ]; then exit 1; fi
 
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"
 # Slow (about 33 s a loop): the split is compared over a 20 s window after 10 s of warm-up, and

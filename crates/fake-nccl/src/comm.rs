@@ -1,6 +1,8 @@
-//! A communicator in one rank's process: its collectives, launched as kernels that spin on a
-//! word of this process until the shared file says every rank has arrived, and the thread that
-//! carries the news both ways (NCCL's proxy thread has the same place in a real process).
+//! A communicator in one rank's process: its collectives and point-to-point transfers,
+//! launched as kernels that spin on a word of this process until the shared file says every
+//! party has arrived, and the thread that carries the news both ways (NCCL's proxy thread has
+//! the same place in a real process). A group's operations are one kernel (NCCL fuses a
+//! group's work into one launch per communicator): it waits for every part's parties.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,7 +13,7 @@ pub use emu_timeline::now_ns;
 use emu_timeline::{KernelCost, UNTIL_WORD};
 
 use crate::cuda::{self, Ptr, NOT_READY, SUCCESS};
-use crate::shared::{Shared, SLOTS};
+use crate::shared::{Place, Shared};
 
 /// What a collective does with its data, for its transfer's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,22 +58,42 @@ const SPIN_SM: f64 = 0.06;
 /// its kernel ends.
 type Words = &'static [AtomicU64];
 
-/// Words per communicator: twice the shared ring's slots. A rank running ahead of its peers
-/// reuses collective n's word at n + WORDS, whose slot it can claim only once every rank's
-/// kernel of n + SLOTS has its end — its own kernel of n + SLOTS started, so its kernel of n,
-/// queued before, has ended and its word is read. With one word per slot, a rank SLOTS
-/// collectives ahead (a loop that never syncs) could clear the word its own kernel of n still
-/// waited on: a hang.
-const WORDS: u64 = 2 * SLOTS;
+/// Words per communicator, one per kernel in turn: kernel n's word serves again at n + WORDS,
+/// more kernels than the stub driver queues on a context (1024): by then kernel n has ended
+/// and the driver no longer reads its word.
+const WORDS: u64 = 4096;
+
+/// One transfer of a kernel: where its parties meet, which party this rank is there, and the
+/// bytes this rank moves.
+#[derive(Debug, Clone, Copy)]
+pub struct Part {
+    place: Place,
+    party: usize,
+    parties: usize,
+    moved: u64,
+}
+
+/// A kernel this rank launched whose wait has not ended here.
+struct Kernel {
+    word: usize,
+    parts: Vec<Part>,
+    /// Whether its start has been told to the parts' peers.
+    told: bool,
+}
 
 /// What the communicator's thread shares with the calls.
 struct InFlight {
-    /// Collectives this rank issued whose wait has not ended here: (number, arrival told,
-    /// bytes it moves).
-    numbers: Mutex<Vec<(u64, bool, u64)>>,
+    kernels: Mutex<Vec<Kernel>>,
     stop: AtomicBool,
     /// The InfiniBand port its transfers cross, whose counters they add to.
     port: Option<crate::ib::Port>,
+}
+
+/// Which way a point-to-point transfer goes, seen from this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Send,
+    Receive,
 }
 
 pub struct Comm {
@@ -81,7 +103,12 @@ pub struct Comm {
     pub device: c_int,
     context: Ptr,
     function: Ptr,
+    /// Collectives issued: each one's number, the same on every rank.
     issued: AtomicU64,
+    /// Sends issued to each peer, and receives from each.
+    sent: Vec<AtomicU64>,
+    received: Vec<AtomicU64>,
+    launched: AtomicU64,
     words: Words,
     in_flight: Arc<InFlight>,
     bus_bytes_per_s: f64,
@@ -130,14 +157,14 @@ impl Comm {
         }
         let words: Words = Vec::from_iter((0..WORDS).map(|_| AtomicU64::new(0))).leak();
         let in_flight = Arc::new(InFlight {
-            numbers: Mutex::new(Vec::new()),
+            kernels: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             port,
         });
         let carried = (shared.clone(), in_flight.clone());
         std::thread::Builder::new()
             .name("nccl-proxy".into())
-            .spawn(move || carry(&carried.0, &carried.1, words, rank, ranks))
+            .spawn(move || carry(&carried.0, &carried.1, words))
             .map_err(|_| "no thread for the communicator")?;
         Ok(Comm {
             bus_bytes_per_s: shared.slowest_bus(ranks) as f64,
@@ -148,34 +175,65 @@ impl Comm {
             context,
             function,
             issued: AtomicU64::new(0),
+            sent: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            received: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+            launched: AtomicU64::new(0),
             words,
             in_flight,
             aborted: AtomicBool::new(false),
         })
     }
 
-    /// Enqueues a collective over `bytes` on `stream` and returns: its kernel spins on the GPU
-    /// until every rank's has started, then moves the data.
+    /// Numbers a collective over `bytes` and takes its slot: one part of a kernel.
+    pub fn collective(&self, operation: Operation, bytes: u64) -> Part {
+        let number = self.issued.fetch_add(1, Ordering::SeqCst);
+        let place = Place::Collective(number);
+        self.shared
+            .claim(place, bytes, operation as u32, self.ranks);
+        self.shared.count_issued(self.rank, operation.function());
+        Part {
+            place,
+            party: self.rank,
+            parties: self.ranks,
+            moved: (operation.bus_factor(self.ranks) * bytes as f64) as u64,
+        }
+    }
+
+    /// Numbers a send of `bytes` to `peer`, or a receive from it, and takes its slot: one part
+    /// of a kernel.
+    pub fn point_to_point(&self, direction: Direction, peer: usize, bytes: u64) -> Part {
+        let (counter, from, to, party) = match direction {
+            Direction::Send => (&self.sent[peer], self.rank, peer, 0),
+            Direction::Receive => (&self.received[peer], peer, self.rank, 1),
+        };
+        let place = Place::PointToPoint {
+            from,
+            to,
+            number: counter.fetch_add(1, Ordering::SeqCst),
+        };
+        self.shared.claim(place, bytes, 0, 2);
+        Part {
+            place,
+            party,
+            parties: 2,
+            moved: bytes,
+        }
+    }
+
+    /// Enqueues one kernel for `parts` on `stream` and returns: it spins on the GPU until
+    /// every part's parties have started theirs, then moves the parts' data.
     ///
     /// # Safety
     /// `stream` is null (the legacy stream) or a stream of the stub driver.
-    pub unsafe fn collective(
-        &self,
-        operation: Operation,
-        bytes: u64,
-        stream: Ptr,
-    ) -> Result<(), c_int> {
+    pub unsafe fn launch(&self, parts: Vec<Part>, stream: Ptr) -> Result<(), c_int> {
         let driver = cuda::driver().ok_or(crate::UNHANDLED_CUDA_ERROR)?;
-        let number = self.issued.fetch_add(1, Ordering::SeqCst);
-        self.shared
-            .claim(number, bytes, operation as u32, self.ranks);
-        self.shared.count_issued(self.rank, operation.function());
-        let word = &self.words[(number % WORDS) as usize];
+        let kernel = self.launched.fetch_add(1, Ordering::SeqCst);
+        let word_index = (kernel % WORDS) as usize;
+        let word = &self.words[word_index];
         word.store(0, Ordering::SeqCst);
-        let moved = operation.bus_factor(self.ranks) * bytes as f64;
-        let transfer = LATENCY_S + moved / self.bus_bytes_per_s;
+        let moved: u64 = parts.iter().map(|p| p.moved).sum();
         let mut cost = KernelCost {
-            seconds: transfer,
+            seconds: LATENCY_S + moved as f64 / self.bus_bytes_per_s,
             sm: SPIN_SM,
             occupancy: SPIN_SM / 4.0,
             tensor: 0.0,
@@ -183,7 +241,11 @@ impl Comm {
             flags: emu_timeline::COLLECTIVE_KERNEL | UNTIL_WORD,
             until_ns: word.as_ptr() as u64,
         };
-        self.lock_in_flight().push((number, false, moved as u64));
+        self.lock_in_flight().push(Kernel {
+            word: word_index,
+            parts,
+            told: false,
+        });
         let mut params = [(&mut cost as *mut KernelCost).cast::<std::ffi::c_void>()];
         // SAFETY: the stub driver's entry points with valid handles and a cost argument that
         // outlives the call (the driver copies it).
@@ -208,15 +270,15 @@ impl Comm {
             code
         };
         if launched != SUCCESS {
-            self.lock_in_flight().retain(|(n, _, _)| *n != number);
+            self.lock_in_flight().retain(|k| k.word != word_index);
             return Err(crate::UNHANDLED_CUDA_ERROR);
         }
         Ok(())
     }
 
-    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, Vec<(u64, bool, u64)>> {
+    fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, Vec<Kernel>> {
         self.in_flight
-            .numbers
+            .kernels
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
@@ -227,8 +289,8 @@ impl Comm {
         self.aborted.store(true, Ordering::SeqCst);
         self.shared.set_aborted(self.rank);
         let now = now_ns();
-        for (number, _, _) in self.lock_in_flight().drain(..) {
-            self.words[(number % WORDS) as usize].store(now, Ordering::SeqCst);
+        for kernel in self.lock_in_flight().drain(..) {
+            self.words[kernel.word].store(now, Ordering::SeqCst);
         }
     }
 }
@@ -240,38 +302,46 @@ impl Drop for Comm {
 }
 
 /// The communicator's thread: tells the peers when each of this rank's kernels started, and
-/// this rank's kernels when the peers have all arrived.
-fn carry(shared: &Shared, in_flight: &InFlight, words: Words, rank: usize, ranks: usize) {
+/// this rank's kernels when every part's peers have arrived.
+fn carry(shared: &Shared, in_flight: &InFlight, words: Words) {
     let Some(driver) = cuda::driver() else { return };
     while !in_flight.stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_micros(250));
-        let mut numbers = in_flight.numbers.lock().unwrap_or_else(|p| p.into_inner());
-        numbers.retain_mut(|(number, told, moved)| {
-            let word = &words[(*number % WORDS) as usize];
-            if !*told {
+        let mut kernels = in_flight.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        kernels.retain_mut(|kernel| {
+            let word = &words[kernel.word];
+            if !kernel.told {
                 let mut start = 0;
                 // SAFETY: the word is this process's, the out-pointer a local.
                 match unsafe { (driver.emu_kernel_started)(word.as_ptr(), &mut start) } {
                     SUCCESS => {
-                        shared.arrive(*number, rank, ranks, start);
-                        *told = true;
+                        for part in &kernel.parts {
+                            shared.arrive(part.place, part.party, part.parties, start);
+                        }
+                        kernel.told = true;
                     }
                     NOT_READY => return true,
                     _ => return false,
                 }
             }
-            match shared.end_word(*number).load(Ordering::SeqCst) {
-                0 => true,
-                end => {
-                    word.store(end, Ordering::SeqCst);
-                    shared.read_end(*number);
-                    // The transfer starts now: its bytes cross the port.
-                    if let Some(port) = &in_flight.port {
-                        port.count(*moved);
-                    }
-                    false
-                }
+            let ends = kernel
+                .parts
+                .iter()
+                .map(|part| shared.end_word(part.place).load(Ordering::SeqCst));
+            // A kernel without parts (an empty group's) waits for nothing.
+            let end = ends.clone().max().unwrap_or(1);
+            if ends.min().unwrap_or(1) == 0 {
+                return true;
             }
+            word.store(end, Ordering::SeqCst);
+            for part in &kernel.parts {
+                shared.read_end(part.place);
+            }
+            // The transfers start now: their bytes cross the port.
+            if let Some(port) = &in_flight.port {
+                port.count(kernel.parts.iter().map(|p| p.moved).sum());
+            }
+            false
         });
     }
 }

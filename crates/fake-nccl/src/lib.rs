@@ -12,9 +12,14 @@
 //! The ranks find each other through the file the unique id names (shared.rs), under
 //! `EMUGPU_DIR` or the temporary directory. Each process runs NCCL's RAS service (ras.rs),
 //! answering from those files. A rank whose `NCCL_IB_HCA` names a port (ib.rs) moves its data
-//! at that port's rate and counts it in the port's counters. Not emulated (yet):
-//! point-to-point sends and receives, fused groups (a group's collectives run as separate
-//! kernels), NVLink counters.
+//! at that port's rate and counts it in the port's counters.
+//!
+//! `ncclSend` and `ncclRecv` meet as NCCL's do: the n-th send from one rank to another with
+//! the n-th receive of the other from it, each side's kernel spinning until both have started
+//! (so a send and a receive issued outside a group, in opposite orders on two ranks, hang, as
+//! NCCL's do). Between `ncclGroupStart` and `ncclGroupEnd` a thread's operations are kept and
+//! launched at the end as one kernel per communicator, which waits for every part. Not
+//! emulated (yet): NVLink counters.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -24,12 +29,12 @@ pub mod ib;
 pub mod ras;
 pub mod shared;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use comm::{Comm, Operation};
+use comm::{Comm, Direction, Operation, Part};
 use shared::{Shared, MAX_RANKS};
 
 /// `ncclResult_t`.
@@ -67,6 +72,9 @@ fn element_bytes(data_type: c_int) -> Option<u64> {
 thread_local! {
     /// ncclGroupStart's nesting on this thread.
     static GROUP_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The operations of the open group, in the order issued: each with its communicator and
+    /// stream.
+    static GROUPED: RefCell<Vec<(*const Comm, Part, *mut c_void)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn errors(result: NcclResult) -> &'static CStr {
@@ -254,15 +262,103 @@ pub extern "C" fn ncclGroupStart() -> NcclResult {
     SUCCESS
 }
 
+/// Closes a group; the outermost launches what it kept, one kernel per communicator (on the
+/// stream of the communicator's first operation).
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> NcclResult {
-    GROUP_DEPTH.with(|d| match d.get() {
-        0 => INVALID_USAGE,
-        depth => {
-            d.set(depth - 1);
-            SUCCESS
+    let depth = GROUP_DEPTH.with(|d| d.get());
+    if depth == 0 {
+        return INVALID_USAGE;
+    }
+    GROUP_DEPTH.with(|d| d.set(depth - 1));
+    if depth > 1 {
+        return SUCCESS;
+    }
+    let mut grouped = GROUPED.with(|g| std::mem::take(&mut *g.borrow_mut()));
+    while let Some(&(comm, _, stream)) = grouped.first() {
+        let (mine, rest) = grouped.into_iter().partition(|(c, _, _)| *c == comm);
+        grouped = rest;
+        let parts = mine.into_iter().map(|(_, part, _)| part).collect();
+        // SAFETY: a communicator checked when its operations were kept, and its stream.
+        if let Err(e) = unsafe { (*comm).launch(parts, stream) } {
+            return e;
         }
-    })
+    }
+    SUCCESS
+}
+
+/// Launches `part` now, or keeps it for the open group's end.
+unsafe fn issue(comm: &Comm, part: Part, stream: *mut c_void) -> NcclResult {
+    if GROUP_DEPTH.with(|d| d.get()) > 0 {
+        GROUPED.with(|g| g.borrow_mut().push((comm, part, stream)));
+        return SUCCESS;
+    }
+    match comm.launch(vec![part], stream) {
+        Ok(()) => SUCCESS,
+        Err(e) => e,
+    }
+}
+
+/// Checks a point-to-point transfer's arguments as NCCL does and issues it.
+unsafe fn point_to_point(
+    direction: Direction,
+    buffer: *const c_void,
+    count: usize,
+    data_type: c_int,
+    peer: c_int,
+    comm: *const Comm,
+    stream: *mut c_void,
+) -> NcclResult {
+    let comm = match comm_ref(comm) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let Some(size) = element_bytes(data_type).filter(|_| data_type < DATA_TYPES) else {
+        return INVALID_ARGUMENT;
+    };
+    if peer < 0 || peer as usize >= comm.ranks || (count > 0 && buffer.is_null()) {
+        return INVALID_ARGUMENT;
+    }
+    if comm.aborted.load(Ordering::SeqCst) {
+        return INVALID_USAGE;
+    }
+    let part = comm.point_to_point(direction, peer as usize, count as u64 * size);
+    issue(comm, part, stream)
+}
+
+/// Sends `count` elements to `peer`, whose matching ncclRecv receives them.
+#[no_mangle]
+pub unsafe extern "C" fn ncclSend(
+    send: *const c_void,
+    count: usize,
+    data_type: c_int,
+    peer: c_int,
+    comm: *const Comm,
+    stream: *mut c_void,
+) -> NcclResult {
+    point_to_point(Direction::Send, send, count, data_type, peer, comm, stream)
+}
+
+/// Receives `count` elements from `peer`'s matching ncclSend.
+#[no_mangle]
+pub unsafe extern "C" fn ncclRecv(
+    receive: *mut c_void,
+    count: usize,
+    data_type: c_int,
+    peer: c_int,
+    comm: *const Comm,
+    stream: *mut c_void,
+) -> NcclResult {
+    let buffer = receive.cast_const();
+    point_to_point(
+        Direction::Receive,
+        buffer,
+        count,
+        data_type,
+        peer,
+        comm,
+        stream,
+    )
 }
 
 /// Checks a collective's arguments as NCCL does and enqueues it over `elements` elements.
@@ -290,10 +386,8 @@ unsafe fn enqueue(
     if comm.aborted.load(Ordering::SeqCst) {
         return INVALID_USAGE;
     }
-    match comm.collective(operation, elements as u64 * size, stream) {
-        Ok(()) => SUCCESS,
-        Err(e) => e,
-    }
+    let part = comm.collective(operation, elements as u64 * size);
+    issue(comm, part, stream)
 }
 
 #[no_mangle]

@@ -10,6 +10,12 @@
 //! | 8 | u64 ranks joined |
 //! | 64 | per rank, 96 bytes: u32 pid, i32 device, u64 bus bytes per second, u64 collectives issued, u64 its process's last RAS heartbeat (monotonic ns), 5 × u64 collectives issued by NCCL function (`ncclFunc_t` order: Broadcast, Reduce, AllGather, ReduceScatter, AllReduce), u32 flags (1: aborted), 20 bytes free |
 //! | 64 + 96 × MAX_RANKS | ring of SLOTS slots: u64 collective number + 1 (0: free), u64 end of the wait (ns; 0 until known), u64 bytes, u32 operation, u32 ranks whose kernels have read the end, then per rank its kernel's start (ns; 0 until known) |
+//! | after the ring | per ordered pair of ranks (sender × MAX_RANKS + receiver), P2P_SLOTS slots laid out as the ring's with two parties: the sender's kernel's start, the receiver's |
+//!
+//! A point-to-point send and its receive meet in their pair's slot as a collective's ranks meet
+//! in the ring's: sends from one rank to another are numbered in the order the sender issues
+//! them, receives in the order the receiver does, and the n-th send matches the n-th receive
+//! (NCCL's rule too).
 
 use std::fs::OpenOptions;
 use std::io;
@@ -27,7 +33,47 @@ pub const FUNCTIONS: usize = 5;
 const ABORTED: u32 = 1;
 const SLOTS_AT: usize = RANKS_AT + RANK_BYTES * MAX_RANKS;
 const SLOT_BYTES: usize = 32 + 8 * MAX_RANKS;
-const LEN: usize = SLOTS_AT + SLOT_BYTES * SLOTS as usize;
+/// Sends in flight at once from one rank to another.
+pub const P2P_SLOTS: u64 = 8;
+const P2P_AT: usize = SLOTS_AT + SLOT_BYTES * SLOTS as usize;
+const P2P_SLOT_BYTES: usize = 32 + 8 * 2;
+const LEN: usize = P2P_AT + P2P_SLOT_BYTES * P2P_SLOTS as usize * MAX_RANKS * MAX_RANKS;
+
+/// Where the kernels of one transfer meet: a collective's slot of the ring (every rank a
+/// party), or a point-to-point transfer's slot of its pair (two parties: 0 sends, 1
+/// receives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    Collective(u64),
+    PointToPoint { from: usize, to: usize, number: u64 },
+}
+
+impl Place {
+    fn number(self) -> u64 {
+        match self {
+            Place::Collective(number) | Place::PointToPoint { number, .. } => number,
+        }
+    }
+
+    fn at(self) -> usize {
+        match self {
+            Place::Collective(number) => SLOTS_AT + (number % SLOTS) as usize * SLOT_BYTES,
+            Place::PointToPoint { from, to, number } => {
+                let pair = from * MAX_RANKS + to;
+                let slot = pair * P2P_SLOTS as usize + (number % P2P_SLOTS) as usize;
+                P2P_AT + slot * P2P_SLOT_BYTES
+            }
+        }
+    }
+
+    /// How many kernels meet there, of a communicator of `ranks`.
+    pub fn parties(self, ranks: usize) -> usize {
+        match self {
+            Place::Collective(_) => ranks,
+            Place::PointToPoint { .. } => 2,
+        }
+    }
+}
 
 /// One rank's mapping of the file.
 pub struct Shared {
@@ -170,16 +216,13 @@ impl Shared {
         }
     }
 
-    fn slot_at(number: u64) -> usize {
-        SLOTS_AT + (number % SLOTS) as usize * SLOT_BYTES
-    }
-
-    /// Takes collective `number`'s slot: the first rank to reach it clears it; a rank that
-    /// finds it still held by the collective SLOTS before (a peer that far behind), or that
-    /// collective's end not yet read by each of the `ranks` (their kernels still wait on it),
+    /// Takes `place`'s slot: the first party to reach it clears it; a party that finds it
+    /// still held by the transfer a ring's length before (a peer that far behind), or that
+    /// transfer's end not yet read by each of its `parties` (their kernels still wait on it),
     /// waits.
-    pub fn claim(&self, number: u64, bytes: u64, operation: u32, ranks: usize) {
-        let at = Self::slot_at(number);
+    pub fn claim(&self, place: Place, bytes: u64, operation: u32, parties: usize) {
+        let at = place.at();
+        let number = place.number();
         let tag = self.u64_at(at);
         loop {
             let held = tag.load(Ordering::SeqCst);
@@ -187,7 +230,7 @@ impl Shared {
                 return;
             }
             let previous_done =
-                held == 0 || self.u32_at(at + 28).load(Ordering::SeqCst) as usize >= ranks;
+                held == 0 || self.u32_at(at + 28).load(Ordering::SeqCst) as usize >= parties;
             if held < number + 1 && previous_done {
                 // Cleared before it is tagged, so that a peer that sees the tag sees it clear.
                 if tag
@@ -198,8 +241,8 @@ impl Shared {
                     self.u64_at(at + 16).store(bytes, Ordering::SeqCst);
                     self.u32_at(at + 24).store(operation, Ordering::SeqCst);
                     self.u32_at(at + 28).store(0, Ordering::SeqCst);
-                    for rank in 0..MAX_RANKS {
-                        self.u64_at(at + 32 + 8 * rank).store(0, Ordering::SeqCst);
+                    for party in 0..parties {
+                        self.u64_at(at + 32 + 8 * party).store(0, Ordering::SeqCst);
                     }
                     tag.store(number + 1, Ordering::SeqCst);
                     return;
@@ -209,43 +252,34 @@ impl Shared {
         }
     }
 
-    /// The word collective `number`'s kernels spin on: when its wait ends (0 until known).
-    pub fn end_word(&self, number: u64) -> &AtomicU64 {
-        self.u64_at(Self::slot_at(number) + 8)
+    /// The word `place`'s kernels spin on: when its wait ends (0 until known).
+    pub fn end_word(&self, place: Place) -> &AtomicU64 {
+        self.u64_at(place.at() + 8)
     }
 
-    /// Says that one rank's kernel of collective `number` has its end: the slot may be reused
-    /// once every rank's has.
-    pub fn read_end(&self, number: u64) {
-        self.u32_at(Self::slot_at(number) + 28)
-            .fetch_add(1, Ordering::SeqCst);
+    /// Says that one party's kernel has `place`'s end: the slot may be reused once every
+    /// party's has.
+    pub fn read_end(&self, place: Place) {
+        self.u32_at(place.at() + 28).fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Records when `rank`'s kernel of collective `number` started; once every rank has, the
-    /// wait ends at the latest start (the last rank's arrival), written once. Returns whether
-    /// this call completed it.
-    pub fn arrive(&self, number: u64, rank: usize, ranks: usize, start_ns: u64) -> bool {
-        let at = Self::slot_at(number);
-        self.u64_at(at + 32 + 8 * rank)
+    /// Records when `party`'s kernel at `place` started; once every one of the `parties` has,
+    /// the wait ends at the latest start (the last arrival), written once. Returns whether this
+    /// call completed it.
+    pub fn arrive(&self, place: Place, party: usize, parties: usize, start_ns: u64) -> bool {
+        let at = place.at();
+        self.u64_at(at + 32 + 8 * party)
             .store(start_ns.max(1), Ordering::SeqCst);
-        let starts: Vec<u64> = (0..ranks)
-            .map(|r| self.u64_at(at + 32 + 8 * r).load(Ordering::SeqCst))
+        let starts: Vec<u64> = (0..parties)
+            .map(|p| self.u64_at(at + 32 + 8 * p).load(Ordering::SeqCst))
             .collect();
         if starts.contains(&0) {
             return false;
         }
         let last = starts.into_iter().max().unwrap_or(start_ns);
-        self.end_word(number)
+        self.end_word(place)
             .compare_exchange(0, last, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
-    }
-
-    /// The ranks whose kernel of collective `number` has not started: whom the others wait for.
-    pub fn missing(&self, number: u64, ranks: usize) -> Vec<usize> {
-        let at = Self::slot_at(number);
-        (0..ranks)
-            .filter(|&r| self.u64_at(at + 32 + 8 * r).load(Ordering::SeqCst) == 0)
-            .collect()
     }
 }
 

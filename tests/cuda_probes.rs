@@ -181,16 +181,21 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
 #[test]
 fn nccl_collectives_are_counted_per_process_by_operation() {
     // A rank of a one-rank communicator (nothing to wait for) all-reducing 4 MiB of float32
-    // every 50 ms, as DDP's buckets are, through the stub libnccl.so.2 mapped beside the driver.
+    // every 50 ms, as DDP's buckets are, through the stub libnccl.so.2 mapped beside the driver,
+    // and exchanging 512 KiB of float16 with itself in a group (a send and a receive: their
+    // count and datatype are the second and third arguments, not the third and fourth).
     let Probed { exporter, pid, .. } = &probed(
         "import ctypes, os, time, emugpu\ngpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
          class UniqueId(ctypes.Structure):\n    _fields_ = [('internal', ctypes.c_char * 128)]\n\
          nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), 'libnccl.so.2'))\n\
          nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]\n\
          nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2\n\
+         nccl.ncclSend.argtypes = nccl.ncclRecv.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2\n\
          uid, comm = UniqueId(), ctypes.c_void_p()\nassert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0\n\
          assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0\nbuffer = 0x7e0000000000\n\
          while True:\n    assert nccl.ncclAllReduce(buffer, buffer, 1 << 20, 7, 0, comm, None) == 0\n\
+         \x20   assert nccl.ncclGroupStart() == 0 and nccl.ncclSend(buffer, 1 << 18, 6, 0, comm, None) == 0\n\
+         \x20   assert nccl.ncclRecv(buffer, 1 << 18, 6, 0, comm, None) == 0 and nccl.ncclGroupEnd() == 0\n\
          \x20   gpu.synchronize()\n    time.sleep(0.05)\n",
     );
     let op = |op: &'static str| [("pid", pid.as_str()), ("op", op)];
@@ -229,6 +234,15 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
         ),
         Some(0.0)
     );
+    for side in ["send", "recv"] {
+        let transfers = value(&page, "gpu_process_nccl_collectives_total", &op(side)).unwrap();
+        assert!(transfers >= 4.0, "{side}: {transfers}");
+        assert_eq!(
+            value(&page, "gpu_process_nccl_bytes_total", &op(side)),
+            Some(transfers * f64::from(512 << 10)),
+            "{side}"
+        );
+    }
     // Its step, from the cadence of its all-reduces and syncs: 50 ms of sleep and the
     // collective's few hundred microseconds.
     let labels = [("pid", pid.as_str())];
@@ -274,8 +288,8 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 copies_to_host: 400,
                 bytes_to_host: 1600,
                 wait_seconds: [12.5, 0.25, 0.0, 3.0],
-                collectives: [64, 0, 0, 0, 0],
-                collective_bytes: [64 * (25 << 20), 0, 0, 0, 0],
+                collectives: [64, 0, 0, 0, 0, 0, 0],
+                collective_bytes: [64 * (25 << 20), 0, 0, 0, 0, 0, 0],
             },
             threads: vec![
                 CudaThread {
@@ -360,6 +374,6 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
         13,
         "a fixed set per process, none per kernel or call"
     );
-    // Five operations each for the process that issued collectives, none for the other.
-    assert_eq!(series("gpu_process_nccl_"), 10);
+    // Seven operations each for the process that issued collectives, none for the other.
+    assert_eq!(series("gpu_process_nccl_"), 14);
 }

@@ -33,7 +33,8 @@ impl CudaWait {
     }
 }
 
-/// An NCCL collective, as the probes on `libnccl.so*` count it.
+/// An NCCL operation, as the probes on `libnccl.so*` count it: a collective, or one side of a
+/// point-to-point transfer (`ncclSend`, `ncclRecv`: a pipeline's stages, MoE's all-to-all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Collective {
     AllReduce,
@@ -41,16 +42,20 @@ pub enum Collective {
     AllGather,
     Broadcast,
     Reduce,
+    Send,
+    Recv,
 }
 
 impl Collective {
     /// Every operation, in label order.
-    pub const ALL: [Collective; 5] = [
+    pub const ALL: [Collective; 7] = [
         Collective::AllReduce,
         Collective::ReduceScatter,
         Collective::AllGather,
         Collective::Broadcast,
         Collective::Reduce,
+        Collective::Send,
+        Collective::Recv,
     ];
 
     /// The `op` label.
@@ -61,6 +66,8 @@ impl Collective {
             Collective::AllGather => "all_gather",
             Collective::Broadcast => "broadcast",
             Collective::Reduce => "reduce",
+            Collective::Send => "send",
+            Collective::Recv => "recv",
         }
     }
 }
@@ -82,8 +89,8 @@ pub struct CudaTotals {
     pub wait_seconds: [f64; 4],
     /// NCCL collectives issued and the bytes of their buffers, by operation
     /// ([`Collective::ALL`] order): enqueued, not completed (NCCL returns at once).
-    pub collectives: [u64; 5],
-    pub collective_bytes: [u64; 5],
+    pub collectives: [u64; Collective::ALL.len()],
+    pub collective_bytes: [u64; Collective::ALL.len()],
 }
 
 impl CudaTotals {

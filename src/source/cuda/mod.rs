@@ -132,6 +132,9 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             Some(counted) => {
                 let measured = match counted {
                     Counted::ToDevice | Counted::ToHost => Measured::Third,
+                    Counted::Collective(Collective::Send | Collective::Recv) => {
+                        Measured::SecondByThird
+                    }
                     Counted::Collective(_) => Measured::ThirdByFourth,
                     _ => Measured::Nothing,
                 };
@@ -418,7 +421,7 @@ fn last_collective(
 
 /// A process's collective counts and the time of the last read, and the last collective it
 /// issued with the time of the read before it.
-type CollectivesSeen = ([u64; 5], f64, Option<(Collective, f64)>);
+type CollectivesSeen = ([u64; Collective::ALL.len()], f64, Option<(Collective, f64)>);
 
 /// Every entry of a map, decoded (a collective's entries per datatype added up); entries of
 /// processes not in `keep` are deleted.
@@ -533,13 +536,13 @@ mod tests {
         assert_eq!(last_collective(&mut seen, &process, 10.0), None);
         // Four all-reduces and one all-gather since: the all-reduce, issued after the read
         // before (at most a read ago).
-        process.totals.collectives = [4, 0, 1, 0, 0];
+        process.totals.collectives = [4, 0, 1, 0, 0, 0, 0];
         assert_eq!(
             last_collective(&mut seen, &process, 11.0),
             Some((Collective::AllReduce, 1.0))
         );
         // Then only an all-gather; then nothing for 30 s (a hang): it ages.
-        process.totals.collectives = [4, 0, 2, 0, 0];
+        process.totals.collectives = [4, 0, 2, 0, 0, 0, 0];
         assert_eq!(
             last_collective(&mut seen, &process, 12.0),
             Some((Collective::AllGather, 1.0))
@@ -550,7 +553,7 @@ mod tests {
         );
         // First seen with collectives already counted: the most issued, as of that read.
         let mut fresh = HashMap::new();
-        process.totals.collectives = [9, 0, 2, 0, 0];
+        process.totals.collectives = [9, 0, 2, 0, 0, 0, 0];
         assert_eq!(
             last_collective(&mut fresh, &process, 5.0),
             Some((Collective::AllReduce, 0.0))

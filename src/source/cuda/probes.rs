@@ -10,7 +10,8 @@ pub enum Counted {
     GraphLaunch,
     ToDevice,
     ToHost,
-    /// An NCCL collective: its element count (third argument) and datatype (fourth).
+    /// An NCCL operation: its element count and datatype (a collective's third and fourth
+    /// arguments, a send's or receive's second and third).
     Collective(Collective),
 }
 
@@ -87,12 +88,15 @@ pub const PROBES: &[Probe] = &[
     collective("ncclAllGather", Collective::AllGather),
     collective("ncclBroadcast", Collective::Broadcast),
     collective("ncclReduce", Collective::Reduce),
+    collective("ncclSend", Collective::Send),
+    collective("ncclRecv", Collective::Recv),
 ];
 
 /// An NCCL collective whose third argument is its element count and fourth its datatype
 /// (`ncclAllReduce(send, recv, count, datatype, ...)`; the reduce-scatter's count is per rank,
-/// the all-gather's is what each rank sends). Only the `nccl*` names: `pnccl*` are the same
-/// code under a second name, and probing both would count each call twice.
+/// the all-gather's is what each rank sends), or a send or receive, whose second and third are
+/// (`ncclSend(buffer, count, datatype, peer, ...)`). Only the `nccl*` names: `pnccl*` are the
+/// same code under a second name, and probing both would count each call twice.
 const fn collective(symbol: &'static str, op: Collective) -> Probe {
     probe(symbol, Some(Counted::Collective(op)), None)
 }

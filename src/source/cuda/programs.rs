@@ -4,7 +4,8 @@
 //! - **count** (on entry): adds one to `counts[pid, tid, probe, 0]`, and for a copy the size
 //!   argument (the third, `%rdx` on x86-64) to its bytes; for an NCCL collective the third
 //!   argument (its element count) to `counts[pid, tid, probe, fourth argument]` (its
-//!   datatype, which userspace turns into bytes);
+//!   datatype, which userspace turns into bytes); for a send or receive the second argument by
+//!   the third;
 //! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
 //!   wait (the outermost one is timed);
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
@@ -21,13 +22,17 @@ use super::bpf::R8;
 use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM, RINGBUF_OUTPUT};
 use super::bpf::{MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
 
-/// Offsets of the third and fourth argument registers in x86-64's `struct pt_regs` (%rdx,
-/// %rcx).
+/// Offsets of the second, third and fourth argument registers in x86-64's `struct pt_regs`
+/// (%rsi, %rdx, %rcx).
+#[cfg(target_arch = "x86_64")]
+const SECOND_ARGUMENT: i16 = 104;
 #[cfg(target_arch = "x86_64")]
 const THIRD_ARGUMENT: i16 = 96;
 #[cfg(target_arch = "x86_64")]
 const FOURTH_ARGUMENT: i16 = 88;
-/// aarch64's `struct user_pt_regs`: x2, x3.
+/// aarch64's `struct user_pt_regs`: x1, x2, x3.
+#[cfg(target_arch = "aarch64")]
+const SECOND_ARGUMENT: i16 = 8;
 #[cfg(target_arch = "aarch64")]
 const THIRD_ARGUMENT: i16 = 16;
 #[cfg(target_arch = "aarch64")]
@@ -41,6 +46,21 @@ pub enum Measured {
     Third,
     /// The third argument too, keyed by the fourth (an NCCL collective's elements, by type).
     ThirdByFourth,
+    /// The second argument, keyed by the third (an NCCL send's or receive's elements, by
+    /// type).
+    SecondByThird,
+}
+
+impl Measured {
+    /// Where the amount added to the bytes word is, and the argument that keys it, if any.
+    fn arguments(self) -> Option<(i16, Option<i16>)> {
+        match self {
+            Measured::Nothing => None,
+            Measured::Third => Some((THIRD_ARGUMENT, None)),
+            Measured::ThirdByFourth => Some((THIRD_ARGUMENT, Some(FOURTH_ARGUMENT))),
+            Measured::SecondByThird => Some((SECOND_ARGUMENT, Some(THIRD_ARGUMENT))),
+        }
+    }
 }
 
 fn jeq_zero_over(block: &[Insn]) -> Insn {
@@ -58,7 +78,7 @@ fn finish() -> [Insn; 2] {
 
 /// The count program of `probe`.
 pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
-    let with_bytes = measured != Measured::Nothing;
+    let arguments = measured.arguments();
     let mut code = vec![
         Insn::mov(R6, R1),
         Insn::call(GET_CURRENT_PID_TGID),
@@ -67,8 +87,8 @@ pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
         Insn::store32(R10, -16, R0),
         Insn::store32_imm(R10, -8, probe as i32),
     ];
-    if measured == Measured::ThirdByFourth {
-        code.push(Insn::load64(R1, R6, FOURTH_ARGUMENT));
+    if let Some((_, Some(key))) = arguments {
+        code.push(Insn::load64(R1, R6, key));
         code.push(Insn::store32(R10, -4, R1));
     } else {
         code.push(Insn::store32_imm(R10, -4, 0));
@@ -78,8 +98,8 @@ pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
     code.push(Insn::call(MAP_LOOKUP_ELEM));
     // Found: add to it.
     let mut found = vec![Insn::mov_imm(R1, 1), Insn::atomic_add64(R0, 0, R1)];
-    if with_bytes {
-        found.push(Insn::load64(R1, R6, THIRD_ARGUMENT));
+    if let Some((amount, _)) = arguments {
+        found.push(Insn::load64(R1, R6, amount));
         found.push(Insn::atomic_add64(R0, 8, R1));
     }
     found.extend(finish());
@@ -87,8 +107,8 @@ pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
     code.extend(found);
     // Not yet: insert (1, bytes).
     code.push(Insn::store64_imm(R10, -32, 1));
-    if with_bytes {
-        code.push(Insn::load64(R1, R6, THIRD_ARGUMENT));
+    if let Some((amount, _)) = arguments {
+        code.push(Insn::load64(R1, R6, amount));
         code.push(Insn::store64(R10, -24, R1));
     } else {
         code.push(Insn::store64_imm(R10, -24, 0));
@@ -236,6 +256,7 @@ mod tests {
         well_formed(&count(3, 1, Measured::Nothing));
         well_formed(&count(3, 1, Measured::Third));
         well_formed(&count(3, 1, Measured::ThirdByFourth));
+        well_formed(&count(3, 1, Measured::SecondByThird));
         well_formed(&wait_entry(4, 7));
         well_formed(&wait_exit(4, 5, 7));
         well_formed(&mark(6, 7));

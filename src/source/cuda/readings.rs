@@ -289,8 +289,11 @@ mod tests {
             &HashMap::new(),
         );
         let t = &found[0].totals;
-        assert_eq!(t.collectives, [5, 0, 2, 0, 0]);
-        assert_eq!(t.collective_bytes, [(400 << 20) + 4, 0, 64 << 20, 0, 0]);
+        assert_eq!(t.collectives, [5, 0, 2, 0, 0, 0, 0]);
+        assert_eq!(
+            t.collective_bytes,
+            [(400 << 20) + 4, 0, 64 << 20, 0, 0, 0, 0]
+        );
         assert_eq!(t.launches, 0);
     }
 }

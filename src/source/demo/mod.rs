@@ -492,7 +492,7 @@ impl DemoSource {
         let launches = if role == Role::Idle { 0.0 } else { 2400.0 };
         let steps = if role == Role::Idle { 0.0 } else { 20.0 };
         // The job's ranks all-reduce their gradients: four 25 MB DDP buckets a step.
-        let (mut collectives, mut collective_bytes) = ([0; 5], [0; 5]);
+        let (mut collectives, mut collective_bytes) = ([0; 7], [0; 7]);
         if matches!(role, Role::JobFastRank | Role::JobSlowRank) {
             let issued = (4.0 * steps * seconds) as u64;
             collectives[Collective::AllReduce as usize] = issued;

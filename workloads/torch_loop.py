@@ -36,7 +36,10 @@ FullyShardedDataParallel (four units: all-gathers before each unit's forward on 
 thread, all-gathers and reduce-scatters in backward on the engine's), "rank_specs" each
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
 that stops arriving after 5 s, a hang for the others; with "stop_how": "freeze" its whole process
-stops, as a lost node does); every "checkpoint_every" steps rank 0
+stops, as a lost node does); "pipeline": the ranks as the stages of a pipeline instead
+(GPipe's schedule: "microbatches" forwards, each receiving "activation_bytes" from the stage
+before and sending as many to the one after, then as many backwards sending gradients back,
+each transfer a batch_isend_irecv: ncclSend/ncclRecv in a group); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
 idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
 workers are pinned to (torchrun --bind-core-list, numactl); "env": variables a rank's process
@@ -82,6 +85,9 @@ DEFAULTS = {
     "ddp": False,
     "fsdp": False,
     "gradient_bytes": 100 << 20,
+    "pipeline": False,
+    "microbatches": 4,
+    "activation_bytes": 16 << 20,
     "rank_specs": {},
     "stop_after": 0.0,
     "stop_how": "sleep",
@@ -144,6 +150,34 @@ class Model:
         )
 
 
+def pipeline_step(torch, spec, model, x):
+    """One step of a pipeline stage, as torch.distributed.pipelining's ScheduleGPipe runs it:
+    each microbatch's forward receives its activations from the stage before and sends its
+    output to the stage after; then each backward receives its gradient from the stage after
+    and sends one to the stage before. Every transfer is a batch_isend_irecv (NCCL: enqueued,
+    its kernel spinning until the peer's side has started): the host never waits in one, the
+    GPU does. Returns the last microbatch's output (the loss, on the last stage)."""
+    dist = torch.distributed
+    stage, stages = dist.get_rank(), dist.get_world_size()
+    boundary = torch.empty(spec["activation_bytes"])
+
+    def transfer(op, peer):
+        if 0 <= peer < stages:
+            for work in dist.batch_isend_irecv([dist.P2POp(op, boundary, peer)]):
+                work.wait()
+
+    outputs = []
+    for _ in range(spec["microbatches"]):
+        transfer(dist.irecv, stage - 1)
+        outputs.append(model(x))
+        transfer(dist.isend, stage + 1)
+    for output in reversed(outputs):
+        transfer(dist.irecv, stage + 1)
+        output.backward()
+        transfer(dist.isend, stage - 1)
+    return outputs[-1]
+
+
 def step_sync(torch, spec, loss, losses):
     """The step's wait, in the form the spec names (the line that waits is this function's)."""
     form = spec["sync"]
@@ -203,7 +237,12 @@ def train_rank(spec, args, rank=0, store=None):
         torch.distributed.init_process_group(
             "nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"], timeout=timeout
         )
-    model = Model(torch, spec)
+    if spec["pipeline"]:
+        # A stage's step is its microbatches': each forward and backward a share of it.
+        share = spec["microbatches"]
+        model = Model(torch, {**spec, "step_seconds": spec["step_seconds"] / share, "kernels": max(2, spec["kernels"] // share)})
+    else:
+        model = Model(torch, spec)
     if spec["ddp"]:
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
     elif spec["fsdp"]:
@@ -283,8 +322,11 @@ def loop(torch, spec, args, model, batches):
             x = host.to("cuda")  # pageable, non_blocking=False: a copy and a stream sync
         if spec["host_seconds"]:
             common.burn(spec["host_seconds"])  # the step's Python before its first kernel
-        loss = model(x)
-        loss.backward()
+        if spec["pipeline"]:
+            loss = pipeline_step(torch, spec, model, x)
+        else:
+            loss = model(x)
+            loss.backward()
         torch._C._launch(optimizer_seconds, sm=0.5, dram=0.8)  # optimizer.step()
         losses = loss if losses is None else losses
         steps += 1

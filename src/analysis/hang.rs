@@ -40,7 +40,13 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
     Some(Hang {
         waiting_for: now.working_peer.clone(),
         pid: now.main_pid,
-        peers: now.ras.as_ref().map(ras::evidence),
+        peers: now.ras.as_ref().map(|answer| {
+            let point_to_point = now
+                .driver_wait
+                .and_then(|w| w.after)
+                .is_some_and(|op| op.is_point_to_point());
+            ras::evidence(answer, point_to_point)
+        }),
         ..hang
     })
 }
@@ -88,10 +94,15 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
         && now
             .pcie_bytes_per_second
             .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
+    let what = if op.is_point_to_point() {
+        "NCCL point-to-point: a send waits for its peer's receive, a receive for its send"
+    } else {
+        "NCCL"
+    };
     spinning.then(|| Hang {
         seconds: wait.seconds,
         frame: format!(
-            "{} (NCCL; the host waits inside the CUDA driver)",
+            "{} ({what}; the host waits inside the CUDA driver)",
             op.name()
         ),
         ..Hang::default()

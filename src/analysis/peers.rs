@@ -77,9 +77,11 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// Each rank of a group whose busy times are known gets how long its GPU spun in collectives
 /// waiting for its peers: identical ranks step together, so a rank busier than a peer with
 /// nothing on its SMs spun that much longer in a collective waiting for it (stacks not
-/// needed: what says the rank waited for a collective is its own driver waits). Where the
-/// device reports no SM activity (no GPM: A100, A10, L4), the excess busy time alone bounds
-/// it. The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
+/// needed: what says the rank waited for a collective is its own driver waits). A peer that
+/// is slow because it computes longer (a pipeline stage holding more layers, a throttled GPU)
+/// is as busy as the rank waiting for it: then the rank's SMs sit empty longer than the
+/// peer's, by as long as it spins, and that excess counts too. Where the device reports no SM
+/// activity (no GPM: A100, A10, L4), empty is busy and the excess busy time alone bounds it. The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
 /// starved in turn wait for each other alike, and the excess alone loses that): as long as its
 /// host waited in the driver after issuing collectives, at most as long as its SMs sat empty
 /// and as the most any peer's main thread waited for its loader with its GPU idle (its
@@ -101,6 +103,7 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         return;
     };
     let least_busy = known[least].0;
+    let least_empty = known.iter().map(|k| k.1).fold(f64::MAX, f64::min);
     // A peer's GPU idles for its own input apart from the others (loaders are late in turn);
     // the idle time the ranks share (each host's Python between steps, in step) is no wait.
     let peers_starved = (0..known.len())
@@ -117,7 +120,8 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         .collective_wait
         .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
     for (&i, (busy, empty)) in members.iter().zip(known) {
-        windows[i].spin_excess = Some((busy - least_busy + least_spun).min(empty).max(0.0));
+        let excess = (busy - least_busy + least_spun).max(empty - least_empty);
+        windows[i].spin_excess = Some(excess.min(empty).max(0.0));
     }
 }
 
@@ -237,6 +241,33 @@ mod tests {
             }),
             ..GpuObservation::default()
         }
+    }
+
+    /// One rank's window: busy and SM activity.
+    fn window(busy: f64, sm: f64) -> WindowFigures {
+        WindowFigures {
+            busy: Some(busy),
+            sm_activity: Some(sm),
+            ..WindowFigures::default()
+        }
+    }
+
+    fn spun(windows: &[WindowFigures]) -> Vec<f64> {
+        let mut windows = windows.to_vec();
+        spin_excess(&[0, 1], &mut windows);
+        let rounded = |w: &WindowFigures| (w.spin_excess.unwrap() * 100.0).round() / 100.0;
+        windows.iter().map(rounded).collect()
+    }
+
+    #[test]
+    fn a_rank_spins_by_its_excess_busy_time_or_its_excess_empty_sms() {
+        // A starved peer idles: rank 0 is busier by as long as it spins.
+        assert_eq!(spun(&[window(1.0, 0.4), window(0.4, 0.34)]), [0.6, 0.0]);
+        // A peer that computes longer (a pipeline stage with twice the layers) is as busy as
+        // the rank waiting for it, whose SMs sit empty longer by as long as it spins.
+        assert_eq!(spun(&[window(0.97, 0.40), window(0.98, 0.74)]), [0.33, 0.01]);
+        // Balanced ranks spin alike: their empty SMs are their own kernels'.
+        assert_eq!(spun(&[window(0.96, 0.29), window(0.96, 0.29)]), [0.0, 0.0]);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use crate::snapshot::{ProcessRas, RasCommunicator, RasEvidence, RasFormat, RasRa
 /// Ranks named per communicator and kind before the rest are counted.
 const NAMED_MAX: usize = 4;
 
-/// The hang's evidence from the process's last RAS answer.
-pub fn evidence(ras: &ProcessRas) -> RasEvidence {
+/// The hang's evidence from the process's last RAS answer; `point_to_point`: the operation
+/// the rank waits in is a send or receive, which RAS does not count.
+pub fn evidence(ras: &ProcessRas, point_to_point: bool) -> RasEvidence {
     let report = match &ras.answer {
         Ok(report) => report,
         Err(why) => {
@@ -48,7 +49,12 @@ pub fn evidence(ras: &ProcessRas) -> RasEvidence {
             ));
         }
     }
-    let summary = if said.is_empty() {
+    let summary = if said.is_empty() && point_to_point {
+        format!(
+            "{version} RAS: every rank of the job's {} communicator(s) answers and launched as many collectives; RAS counts no point-to-point transfers, so the peer of the send or receive this rank waits in is not named (in a pipeline, the next or previous stage's rank)",
+            report.communicators.len()
+        )
+    } else if said.is_empty() {
         format!(
             "{version} RAS: every rank of the job's {} communicator(s) answers and launched as many collectives; the collective itself does not complete (its transfer: the network or a GPU)",
             report.communicators.len()
@@ -204,7 +210,7 @@ mod tests {
             ranks: vec![rank(0, 49), rank(1, 48), rank(2, 49), rank(3, 49)],
             missing: vec![],
         };
-        let evidence = evidence(&answer(vec![comm]));
+        let evidence = evidence(&answer(vec![comm]), false);
         assert_eq!((evidence.missing_ranks, evidence.ranks_behind), (0, 1));
         assert!(
             evidence.summary.contains(
@@ -230,7 +236,7 @@ mod tests {
                 ..RasMissingRank::default()
             }],
         };
-        let evidence = evidence(&answer(vec![comm]));
+        let evidence = evidence(&answer(vec![comm]), false);
         assert_eq!((evidence.missing_ranks, evidence.ranks_behind), (1, 0));
         assert!(
             evidence.summary.contains("rank 1 (pid 4001) dead"),
@@ -255,7 +261,7 @@ mod tests {
             ranks: vec![rank(0, 12), aborted, erred],
             missing: vec![],
         };
-        let summary = evidence(&answer(vec![comm])).summary;
+        let summary = evidence(&answer(vec![comm]), false).summary;
         assert!(
             summary.contains("rank 1 (pid 4001 on 10.0.0.7 GPU 1) aborted its communicator")
                 && summary.contains(
@@ -274,11 +280,19 @@ mod tests {
             ranks: vec![rank(0, 12), rank(1, 12)],
             missing: vec![],
         };
-        let evidence = evidence(&answer(vec![comm]));
+        let evidence = evidence(&answer(vec![comm.clone()]), false);
         assert_eq!((evidence.missing_ranks, evidence.ranks_behind), (0, 0));
         assert!(evidence
             .summary
             .contains("the collective itself does not complete"));
+        // A pipeline stage waiting in a send or receive: RAS's equal collective counts say
+        // nothing of its peer, and the summary does not blame the collective.
+        let p2p = super::evidence(&answer(vec![comm]), true).summary;
+        assert!(
+            p2p.contains("RAS counts no point-to-point transfers"),
+            "{p2p}"
+        );
+        assert!(!p2p.contains("the collective itself"), "{p2p}");
         let refused =
             evidence_of_error("entering process 77's network namespace needs CAP_SYS_ADMIN");
         assert!(!refused.answered);
@@ -286,10 +300,13 @@ mod tests {
     }
 
     fn evidence_of_error(why: &str) -> RasEvidence {
-        evidence(&ProcessRas {
-            pid: 77,
-            answer: Err(why.into()),
-        })
+        evidence(
+            &ProcessRas {
+                pid: 77,
+                answer: Err(why.into()),
+            },
+            false,
+        )
     }
 
     #[test]
@@ -302,7 +319,7 @@ mod tests {
             ranks,
             missing: vec![],
         };
-        let evidence = evidence(&answer(vec![comm]));
+        let evidence = evidence(&answer(vec![comm]), false);
         assert_eq!(evidence.ranks_behind, 10);
         assert!(evidence.summary.contains("6 more"), "{}", evidence.summary);
     }

@@ -70,6 +70,12 @@ impl Collective {
             Collective::Recv => "recv",
         }
     }
+
+    /// One side of a point-to-point transfer: its wait is for one peer, not the whole
+    /// communicator, and NCCL's RAS does not count it.
+    pub fn is_point_to_point(self) -> bool {
+        matches!(self, Collective::Send | Collective::Recv)
+    }
 }
 
 /// Totals of one process (or thread) since its probes were attached.

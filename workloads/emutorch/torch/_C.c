@@ -17,6 +17,9 @@
  *                                       engine's thread during backward; FSDP's units
  *                                       all-gathered before their forward (main thread) and
  *                                       backward, reduce-scattered after it (engine's thread)
+ *   dist.send/recv, batch_isend_irecv   ncclSend / ncclRecv on the current stream (a batch in
+ *                                       ncclGroupStart/End: one kernel): return at once, the
+ *                                       kernel spins until the peer's side has started
  *   loss.backward()                     torch/autograd/graph.py calls _run_backward: the
  *                                       engine's device thread pt_autograd_0 launches the
  *                                       backward kernels (running the hook the model gave, with
@@ -457,6 +460,10 @@ static struct {
     int (*reduce_scatter)(const void *, void *, size_t, int, int, void *, void *);
     int (*all_gather)(const void *, void *, size_t, int, void *, void *);
     int (*broadcast)(const void *, void *, size_t, int, int, void *, void *);
+    int (*send)(const void *, size_t, int, int, void *, void *);
+    int (*recv)(void *, size_t, int, int, void *, void *);
+    int (*group_start)(void);
+    int (*group_end)(void);
     int (*abort)(void *);
     const char *(*error_string)(int);
     void *comm;
@@ -488,6 +495,10 @@ static int nccl_bind(void) {
            resolve(library, (void **)&nccl.reduce_scatter, "ncclReduceScatter") ||
            resolve(library, (void **)&nccl.all_gather, "ncclAllGather") ||
            resolve(library, (void **)&nccl.broadcast, "ncclBroadcast") ||
+           resolve(library, (void **)&nccl.send, "ncclSend") ||
+           resolve(library, (void **)&nccl.recv, "ncclRecv") ||
+           resolve(library, (void **)&nccl.group_start, "ncclGroupStart") ||
+           resolve(library, (void **)&nccl.group_end, "ncclGroupEnd") ||
            resolve(library, (void **)&nccl.abort, "ncclCommAbort") ||
            resolve(library, (void **)&nccl.error_string, "ncclGetErrorString") ||
            resolve(library, (void **)&nccl.get_unique_id, "ncclGetUniqueId");
@@ -574,6 +585,50 @@ static PyObject *nccl_collective_py(PyObject *module, PyObject *args) {
     code = nccl_collective(op, (size_t)nbytes);
     Py_END_ALLOW_THREADS
     return nccl_check(code, "collective") ? NULL : Py_NewRef(Py_None);
+}
+
+/* _nccl_p2p(((is_send, peer, nbytes), ...)): point-to-point transfers of float32 on the
+ * current stream, several in one group (torch.distributed.batch_isend_irecv coalesces them so);
+ * returns at once. */
+static PyObject *nccl_p2p_py(PyObject *module, PyObject *args) {
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O", &list))
+        return NULL;
+    PyObject *ops = PySequence_Fast(list, "a sequence of (is_send, peer, nbytes)");
+    if (!ops)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ops);
+    int sends[16], peers[16];
+    Py_ssize_t sizes[16];
+    if (n > 16) {
+        Py_DECREF(ops);
+        return PyErr_Format(PyExc_ValueError, "at most 16 transfers in a batch");
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ops, i), "pin", &sends[i], &peers[i], &sizes[i])) {
+            Py_DECREF(ops);
+            return NULL;
+        }
+    }
+    Py_DECREF(ops);
+    if (!nccl.world)
+        return PyErr_Format(PyExc_RuntimeError, "Default process group has not been initialized");
+    int code = -1;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&nccl.lock);
+    if (nccl.comm) {
+        code = n > 1 ? nccl.group_start() : 0;
+        for (Py_ssize_t i = 0; i < n && code == 0; i++) {
+            size_t count = (size_t)sizes[i] / 4;
+            code = sends[i] ? nccl.send(nccl.buffer, count, NCCL_FLOAT, peers[i], nccl.comm, NULL)
+                            : nccl.recv(nccl.buffer, count, NCCL_FLOAT, peers[i], nccl.comm, NULL);
+        }
+        if (n > 1 && code == 0)
+            code = nccl.group_end();
+    }
+    pthread_mutex_unlock(&nccl.lock);
+    Py_END_ALLOW_THREADS
+    return nccl_check(code, "point-to-point") ? NULL : Py_NewRef(Py_None);
 }
 
 /* _nccl_abort(): ends this rank's communicator and its kernels still waiting for peers
@@ -919,6 +974,7 @@ static PyMethodDef module_methods[] = {
     {"_nccl_unique_id", nccl_unique_id, METH_NOARGS, NULL},
     {"_nccl_init", nccl_init, METH_VARARGS, NULL},
     {"_nccl_collective", nccl_collective_py, METH_VARARGS, NULL},
+    {"_nccl_p2p", nccl_p2p_py, METH_VARARGS, NULL},
     {"_nccl_abort", nccl_abort, METH_NOARGS, NULL},
     {"_ddp", ddp, METH_VARARGS, NULL},
     {"_fsdp", fsdp, METH_VARARGS, NULL},

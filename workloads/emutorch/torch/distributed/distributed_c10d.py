@@ -119,6 +119,41 @@ def broadcast(tensor, src=0, group=None, async_op=False):
     return _collective(4, tensor, async_op)
 
 
+def send(tensor, dst, group=None, tag=0):
+    """ProcessGroupNCCL's send: ncclSend on the current stream; wait() makes the stream wait for
+    it, not the host."""
+    _C._nccl_p2p([(True, dst, tensor.nbytes)])
+
+
+def recv(tensor, src=None, group=None, tag=0):
+    """ncclRecv from `src` (the emulated torch needs the source named); returns it."""
+    _C._nccl_p2p([(False, src, tensor.nbytes)])
+    return src
+
+
+def isend(tensor, dst, group=None, tag=0):
+    send(tensor, dst)
+    return _Work()
+
+
+def irecv(tensor, src=None, group=None, tag=0):
+    recv(tensor, src)
+    return _Work()
+
+
+class P2POp:
+    """One transfer of a batch_isend_irecv: `op` is isend or irecv."""
+
+    def __init__(self, op, tensor, peer, group=None, tag=0):
+        self.op, self.tensor, self.peer = op, tensor, peer
+
+
+def batch_isend_irecv(p2p_op_list):
+    """The transfers in one NCCL group (one kernel): what pipeline schedules issue each step."""
+    _C._nccl_p2p([(op.op is isend, op.peer, op.tensor.nbytes) for op in p2p_op_list])
+    return [_Work() for _ in p2p_op_list]
+
+
 def barrier(group=None, async_op=False, device_ids=None):
     """ProcessGroupNCCL::barrier: an all-reduce of one element on the current device, then a
     wait for it: the host blocks here until every rank has come."""

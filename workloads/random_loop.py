@@ -82,8 +82,8 @@ def draw_torch(seed):
     loader, step and host draws as draw(), and where it waits as real PyTorch code does —
     loss.item(), a NaN check, `if loss > x`, mask indexing, `.to("cuda")` of pageable memory,
     or no sync — with hooks on the backward thread and metric code reading host arrays drawn
-    too. One loop in four is two ranks meeting in NCCL (DDP or FSDP), rank 1 slowed by a cause
-    of its own or not at all (parallel())."""
+    too. One loop in four is two ranks meeting in NCCL (DDP, FSDP or a pipeline's stages), rank
+    1 slowed by a cause of its own or not at all (parallel())."""
     rng = random.Random(seed)
     loop = {
         "seed": seed,
@@ -110,7 +110,8 @@ def draw_torch(seed):
 
 def parallel(rng, loop):
     """Two ranks meeting in NCCL as DistributedDataParallel (a bucketed all-reduce from the
-    backward pass) or FullyShardedDataParallel (all-gathers and reduce-scatters) run them, and
+    backward pass), FullyShardedDataParallel (all-gathers and reduce-scatters) or a pipeline
+    (sends and receives) run them, and
     what slows rank 1, whose peer then waits in the collectives on its GPU: its loader (one
     worker decoding), more Python a step, or nothing (balanced ranks)."""
     straggler = rng.choice(["loader", "python", "none"])
@@ -120,10 +121,17 @@ def parallel(rng, loop):
         "none": {},
     }[straggler]
     wrapper = rng.choice(["ddp", "fsdp"])
+    gradient_bytes = rng.choice([25, 100, 400]) << 20
+    # Drawn last, so that the loops drawn before pipelines existed keep their other draws: one
+    # in three runs its ranks as a pipeline's two stages (GPipe: activations sent forward,
+    # gradients back, point to point), a tenth of the gradients' bytes at each stage boundary.
+    if rng.random() < 1 / 3:
+        wrapper = "pipeline"
     return {
         "ranks": 2,
         wrapper: True,
-        "gradient_bytes": rng.choice([25, 100, 400]) << 20,
+        "gradient_bytes": gradient_bytes,
+        "activation_bytes": gradient_bytes // 10,
         "straggler": straggler,
         "rank_specs": {"1": own} if own else {},
     }

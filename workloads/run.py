@@ -514,7 +514,7 @@ def main():
             loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
             if torch and loop["ranks"] > 1:
-                wrapper = "ddp" if loop.get("ddp") else "fsdp"
+                wrapper = next(w for w in ("ddp", "fsdp", "pipeline") if loop.get(w))
                 ranks += f" {wrapper}, straggler {loop['straggler']}"
             form = f"{loop['sync']}, " if torch else ""
             on = f", {loop['device']}" if loop["device"] != "hopper" else ""

@@ -265,7 +265,10 @@ mod tests {
         assert_eq!(spun(&[window(1.0, 0.4), window(0.4, 0.34)]), [0.6, 0.0]);
         // A peer that computes longer (a pipeline stage with twice the layers) is as busy as
         // the rank waiting for it, whose SMs sit empty longer by as long as it spins.
-        assert_eq!(spun(&[window(0.97, 0.40), window(0.98, 0.74)]), [0.33, 0.01]);
+        assert_eq!(
+            spun(&[window(0.97, 0.40), window(0.98, 0.74)]),
+            [0.33, 0.01]
+        );
         // Balanced ranks spin alike: their empty SMs are their own kernels'.
         assert_eq!(spun(&[window(0.96, 0.29), window(0.96, 0.29)]), [0.0, 0.0]);
     }

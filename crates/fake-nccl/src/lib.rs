@@ -299,6 +299,27 @@ unsafe fn issue(comm: &Comm, part: Part, stream: *mut c_void) -> NcclResult {
     }
 }
 
+/// Checks an operation's arguments as NCCL does, in its order: the communicator, the datatype,
+/// the rest (`bad`), then whether the communicator was aborted. Its communicator and the
+/// datatype's size.
+unsafe fn checked<'a>(
+    comm: *const Comm,
+    data_type: c_int,
+    bad: impl FnOnce(&Comm) -> bool,
+) -> Result<(&'a Comm, u64), NcclResult> {
+    let comm = comm_ref(comm)?;
+    let size = element_bytes(data_type)
+        .filter(|_| data_type < DATA_TYPES)
+        .ok_or(INVALID_ARGUMENT)?;
+    if bad(comm) {
+        return Err(INVALID_ARGUMENT);
+    }
+    if comm.aborted.load(Ordering::SeqCst) {
+        return Err(INVALID_USAGE);
+    }
+    Ok((comm, size))
+}
+
 /// Checks a point-to-point transfer's arguments as NCCL does and issues it.
 unsafe fn point_to_point(
     direction: Direction,
@@ -309,21 +330,14 @@ unsafe fn point_to_point(
     comm: *const Comm,
     stream: *mut c_void,
 ) -> NcclResult {
-    let comm = match comm_ref(comm) {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
-    let Some(size) = element_bytes(data_type).filter(|_| data_type < DATA_TYPES) else {
-        return INVALID_ARGUMENT;
-    };
-    if peer < 0 || peer as usize >= comm.ranks || (count > 0 && buffer.is_null()) {
-        return INVALID_ARGUMENT;
+    let bad = |c: &Comm| peer < 0 || peer as usize >= c.ranks || (count > 0 && buffer.is_null());
+    match checked(comm, data_type, bad) {
+        Ok((comm, size)) => {
+            let part = comm.point_to_point(direction, peer as usize, count as u64 * size);
+            issue(comm, part, stream)
+        }
+        Err(e) => e,
     }
-    if comm.aborted.load(Ordering::SeqCst) {
-        return INVALID_USAGE;
-    }
-    let part = comm.point_to_point(direction, peer as usize, count as u64 * size);
-    issue(comm, part, stream)
 }
 
 /// Sends `count` elements to `peer`, whose matching ncclRecv receives them.
@@ -371,23 +385,17 @@ unsafe fn enqueue(
     reduction: Option<c_int>,
     stream: *mut c_void,
 ) -> NcclResult {
-    let comm = match comm_ref(comm) {
-        Ok(c) => c,
-        Err(e) => return e,
+    let bad = |_: &Comm| {
+        reduction.is_some_and(|r| !(0..REDUCTIONS).contains(&r))
+            || (elements > 0 && buffers.iter().any(|b| b.is_null()))
     };
-    let Some(size) = element_bytes(data_type).filter(|_| data_type < DATA_TYPES) else {
-        return INVALID_ARGUMENT;
-    };
-    if reduction.is_some_and(|r| !(0..REDUCTIONS).contains(&r))
-        || (elements > 0 && buffers.iter().any(|b| b.is_null()))
-    {
-        return INVALID_ARGUMENT;
+    match checked(comm, data_type, bad) {
+        Ok((comm, size)) => {
+            let part = comm.collective(operation, elements as u64 * size);
+            issue(comm, part, stream)
+        }
+        Err(e) => e,
     }
-    if comm.aborted.load(Ordering::SeqCst) {
-        return INVALID_USAGE;
-    }
-    let part = comm.collective(operation, elements as u64 * size);
-    issue(comm, part, stream)
 }
 
 #[no_mangle]

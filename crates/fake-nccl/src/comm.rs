@@ -324,15 +324,18 @@ fn carry(shared: &Shared, in_flight: &InFlight, words: Words) {
                     _ => return false,
                 }
             }
-            let ends = kernel
+            // Each end read once: a part's end written between two reads would otherwise
+            // leave the kernel's word at 0 (not yet known) for ever.
+            let ends: Vec<u64> = kernel
                 .parts
                 .iter()
-                .map(|part| shared.end_word(part.place).load(Ordering::SeqCst));
-            // A kernel without parts (an empty group's) waits for nothing.
-            let end = ends.clone().max().unwrap_or(1);
-            if ends.min().unwrap_or(1) == 0 {
+                .map(|part| shared.end_word(part.place).load(Ordering::SeqCst))
+                .collect();
+            if ends.contains(&0) {
                 return true;
             }
+            // A kernel without parts (an empty group's) waits for nothing.
+            let end = ends.into_iter().max().unwrap_or(1);
             word.store(end, Ordering::SeqCst);
             for part in &kernel.parts {
                 shared.read_end(part.place);

@@ -126,7 +126,10 @@ def send(tensor, dst, group=None, tag=0):
 
 
 def recv(tensor, src=None, group=None, tag=0):
-    """ncclRecv from `src` (the emulated torch needs the source named); returns it."""
+    """ncclRecv from `src`; returns it. NCCL has no receive from any source, and neither has
+    ProcessGroupNCCL."""
+    if src is None:
+        raise RuntimeError("ProcessGroupNCCL does not support recvAnysource")
     _C._nccl_p2p([(False, src, tensor.nbytes)])
     return src
 

@@ -239,8 +239,8 @@ def train_rank(spec, args, rank=0, store=None):
         )
     if spec["pipeline"]:
         # A stage's step is its microbatches': each forward and backward a share of it.
-        share = spec["microbatches"]
-        model = Model(torch, {**spec, "step_seconds": spec["step_seconds"] / share, "kernels": max(2, spec["kernels"] // share)})
+        micro = spec["microbatches"]
+        model = Model(torch, {**spec, "step_seconds": spec["step_seconds"] / micro, "kernels": max(2, spec["kernels"] // micro)})
     else:
         model = Model(torch, spec)
     if spec["ddp"]:

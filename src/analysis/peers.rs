@@ -81,7 +81,8 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// is slow because it computes longer (a pipeline stage holding more layers, a throttled GPU)
 /// is as busy as the rank waiting for it: then the rank's SMs sit empty longer than the
 /// peer's, by as long as it spins, and that excess counts too. Where the device reports no SM
-/// activity (no GPM: A100, A10, L4), empty is busy and the excess busy time alone bounds it. The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
+/// activity (no GPM: A100, A10, L4), empty is busy and the excess busy time alone bounds it.
+/// The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
 /// starved in turn wait for each other alike, and the excess alone loses that): as long as its
 /// host waited in the driver after issuing collectives, at most as long as its SMs sat empty
 /// and as the most any peer's main thread waited for its loader with its GPU idle (its

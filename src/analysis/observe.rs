@@ -119,6 +119,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 collective_wait: main
                     .and_then(|p| cuda.get(&p.pid))
                     .and_then(|c| c.collective_wait_ratio()),
+                point_to_point: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .map(|c| c.totals.issued_point_to_point()),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

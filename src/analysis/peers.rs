@@ -80,8 +80,12 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// needed: what says the rank waited for a collective is its own driver waits). A peer that
 /// is slow because it computes longer (a pipeline stage holding more layers, a throttled GPU)
 /// is as busy as the rank waiting for it: then the rank's SMs sit empty longer than the
-/// peer's, by as long as it spins, and that excess counts too. Where the device reports no SM
-/// activity (no GPM: A100, A10, L4), empty is busy and the excess busy time alone bounds it.
+/// peer's, by as long as it spins, and that excess counts too — between ranks that run the
+/// same kernels only: pipeline stages (ranks that issue point-to-point transfers) hold
+/// different layers, and a stage of gathers leaves more SMs empty than a stage of matrix
+/// multiplies without waiting at all, which no counter tells from a spin. Where the device
+/// reports no SM activity (no GPM: A100, A10, L4), empty is busy and the excess busy time
+/// alone bounds it.
 /// The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
 /// starved in turn wait for each other alike, and the excess alone loses that): as long as its
 /// host waited in the driver after issuing collectives, at most as long as its SMs sat empty
@@ -105,6 +109,9 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     };
     let least_busy = known[least].0;
     let least_empty = known.iter().map(|k| k.1).fold(f64::MAX, f64::min);
+    let same_kernels = !members
+        .iter()
+        .any(|&i| windows[i].point_to_point == Some(true));
     // A peer's GPU idles for its own input apart from the others (loaders are late in turn);
     // the idle time the ranks share (each host's Python between steps, in step) is no wait.
     let peers_starved = (0..known.len())
@@ -121,7 +128,13 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         .collective_wait
         .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
     for (&i, (busy, empty)) in members.iter().zip(known) {
-        let excess = (busy - least_busy + least_spun).max(empty - least_empty);
+        let busy_excess = busy - least_busy + least_spun;
+        let empty_excess = if same_kernels {
+            empty - least_empty
+        } else {
+            0.0
+        };
+        let excess = busy_excess.max(empty_excess);
         windows[i].spin_excess = Some(excess.min(empty).max(0.0));
     }
 }
@@ -264,12 +277,17 @@ mod tests {
     fn a_rank_spins_by_its_excess_busy_time_or_its_excess_empty_sms() {
         // A starved peer idles: rank 0 is busier by as long as it spins.
         assert_eq!(spun(&[window(1.0, 0.4), window(0.4, 0.34)]), [0.6, 0.0]);
-        // A peer that computes longer (a pipeline stage with twice the layers) is as busy as
-        // the rank waiting for it, whose SMs sit empty longer by as long as it spins.
-        assert_eq!(
-            spun(&[window(0.97, 0.40), window(0.98, 0.74)]),
-            [0.33, 0.01]
-        );
+        // A peer that computes longer (its GPU throttled, the same kernels) is as busy as the
+        // rank waiting for it, whose SMs sit empty longer by as long as it spins.
+        let slower_peer = [window(0.97, 0.40), window(0.98, 0.74)];
+        assert_eq!(spun(&slower_peer), [0.33, 0.01]);
+        // Pipeline stages run different layers: one whose SMs sit emptier may only have
+        // emptier kernels (gathers against matrix multiplies), so only busy time counts.
+        let stages = slower_peer.map(|w| WindowFigures {
+            point_to_point: Some(true),
+            ..w
+        });
+        assert_eq!(spun(&stages), [0.0, 0.01]);
         // Balanced ranks spin alike: their empty SMs are their own kernels'.
         assert_eq!(spun(&[window(0.96, 0.29), window(0.96, 0.29)]), [0.0, 0.0]);
     }

@@ -108,6 +108,14 @@ impl CudaTotals {
     pub fn waited(&self) -> f64 {
         self.wait_seconds.iter().sum()
     }
+
+    /// Whether any NCCL point-to-point transfer was issued.
+    pub fn issued_point_to_point(&self) -> bool {
+        Collective::ALL
+            .iter()
+            .zip(self.collectives)
+            .any(|(op, n)| op.is_point_to_point() && n > 0)
+    }
 }
 
 /// One thread that used the driver over the last interval.

@@ -142,6 +142,10 @@ figures! {
         /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
         /// (`None`: not said, or its environment unreadable).
         job_spans_nodes: Option<bool> => last -> Option<bool>,
+        /// Whether the main GPU process has issued NCCL point-to-point transfers since its
+        /// probes were attached: a pipeline's stage, whose layers and kernels are not its
+        /// peers' (`None`: no CUDA probes on it).
+        point_to_point: Option<bool> => last -> Option<bool>,
         /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
         /// driver while it issued NCCL collectives (`None`: no CUDA probes on it, or no
         /// collective issued lately).

@@ -10,7 +10,11 @@
 //! Near misses: a rank spinning in an NCCL kernel for its peers leaves its SMs empty too
 //! (communication): where the stacks put the GPU in collectives for longer than the job's
 //! kernels left SMs empty, the counter score yields in that proportion; another job's empty
-//! SMs on a shared GPU are contention.
+//! SMs on a shared GPU are contention. A pipeline stage (its process sends and receives
+//! through NCCL) whose SMs sit emptier than another stage's may have emptier kernels, or spin
+//! in its receives waiting for a slower stage: no counter tells these apart (a data-parallel
+//! rank's peers run its kernels, a stage's do not), so the verdict stays kernel_efficiency
+//! and its advice names both.
 
 use super::rule::Rule;
 use super::{Advice, KindSpec, Phase};
@@ -49,7 +53,16 @@ fn yields(score: f64, own: f64, lost: &LostTime) -> f64 {
     }
 }
 
-fn advice(_: &GpuVerdict) -> Advice {
+fn advice(verdict: &GpuVerdict) -> Advice {
+    if verdict.figures.point_to_point == Some(true) {
+        return Advice {
+            explanation: "The GPU reports high utilization but its SMs are mostly empty. Its process is a pipeline stage (it sends and receives through NCCL): the empty SMs are its own kernels', or a receive kernel spinning while this stage waits for a slower one, and no counter tells these apart.",
+            next_steps: &[
+                "Compare the stages' compute per microbatch (CUDA events around each stage's forward and backward, or the PyTorch profiler on one step): a stage that waits for a slower one needs the layers rebalanced, not faster kernels.",
+                "Where the stages are balanced: fuse small operations (torch.compile, CUDA graphs) and use bf16/fp16 so tensor cores do the work.",
+            ],
+        };
+    }
     Advice {
         explanation: "The GPU reports high utilization but its SMs are mostly empty: many small kernels or low occupancy.",
         next_steps: &[
@@ -57,5 +70,37 @@ fn advice(_: &GpuVerdict) -> Advice {
             "Increase the batch size or sequence length to fill the SMs.",
             "Use mixed precision (bf16/fp16) so tensor cores do the work.",
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Primary;
+
+    fn verdict(point_to_point: Option<bool>) -> GpuVerdict {
+        GpuVerdict {
+            index: 0,
+            uuid: "GPU-0".into(),
+            kinds: Vec::new(),
+            primary: Primary::Bottleneck(Kind::KernelEfficiency),
+            figures: WindowFigures {
+                point_to_point,
+                ..WindowFigures::default()
+            },
+            lost: None,
+            hang: None,
+            behind_ranks: None,
+        }
+    }
+
+    #[test]
+    fn a_pipeline_stages_advice_names_a_wait_for_a_slower_stage_too() {
+        let stage = advice(&verdict(Some(true)));
+        assert!(stage.explanation.contains("waits for a slower one"));
+        assert!(stage.next_steps[0].contains("rebalanced"));
+        for rank in [None, Some(false)] {
+            assert!(!advice(&verdict(rank)).explanation.contains("pipeline"));
+        }
     }
 }

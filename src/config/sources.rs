@@ -34,7 +34,7 @@ pub struct Sources {
     /// thread waits inside the driver. Needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN);
     /// without them the source reports itself unsupported and the verdicts stay as the
     /// stacks and counters make them.
-    pub cuda: Toggle,
+    pub cuda: CudaConfig,
     /// NCCL's RAS service (NCCL 2.24 and later), asked which ranks answer and how many
     /// collectives each launched while a GPU's hang is tracked. Reached inside the job's
     /// network namespace: needs CAP_SYS_ADMIN unless the job shares the exporter's; without
@@ -183,6 +183,30 @@ impl Default for GpuConfig {
             max_processes_per_gpu: 10,
             nvml_retry_max_interval: ConfigDuration(Duration::from_secs(60)),
             timeout: ConfigDuration(Duration::from_millis(500)),
+        }
+    }
+}
+
+/// Settings of the CUDA probes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaConfig {
+    /// Whether the source runs.
+    pub enabled: bool,
+    /// How often kernel launches are counted: their entry points are probed for 20 ms about
+    /// this often (at a random phase), since a probe on every launch would slow a
+    /// launch-heavy loop several times over. Each window slows the job's launches while the
+    /// probes are attached, 60-80 ms with the kernel's attaching and detaching (measured on
+    /// the development VM, bench/probe_cost.py): 8 s keeps a launch-bound loop under 1 %
+    /// slower. Shorter finds the threads that drive the GPU sooner.
+    pub launch_windows_every: ConfigDuration,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        CudaConfig {
+            enabled: true,
+            launch_windows_every: ConfigDuration(Duration::from_secs(8)),
         }
     }
 }

@@ -209,7 +209,11 @@ pub fn from_config(config: &crate::config::Config) -> Vec<Box<dyn Source>> {
     // Before the stacks: a stack sample asks it whether its thread is inside a CUDA wait.
     let mut waits_now = None;
     if sources.cuda.enabled && sources.gpu.enabled {
-        let probes = cuda::CudaSource::new(config.paths.procfs.clone(), &config.paths.sysfs);
+        let probes = cuda::CudaSource::new(
+            config.paths.procfs.clone(),
+            &config.paths.sysfs,
+            sources.cuda.launch_windows_every.0,
+        );
         waits_now = probes.waits_now();
         enabled.push(Box::new(probes));
     }

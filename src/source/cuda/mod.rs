@@ -17,8 +17,8 @@
 //! (`gpu_exporter_signal_supported{signal="cuda_probes"} 0`) and nothing else changes. Each hit
 //! costs the traced thread a trap (1-2 µs on bare metal, 13 µs on this project's VM): waits,
 //! copies and graph launches (a few per step) are probed always; kernel launches (tens of
-//! thousands a second) only in 20 ms windows about every 2 s, their count estimated, so a
-//! launch-heavy loop is slowed at most 1 %. Counting is in kernel maps; only waits are timed.
+//! thousands a second) only in 20 ms windows about every 8 s (`launch_windows_every`), their
+//! count estimated, so a launch-heavy loop is slowed at most 1 %. Counting is in kernel maps; only waits are timed.
 
 pub mod bpf;
 mod cadence;
@@ -200,6 +200,8 @@ pub struct CudaSource {
     probed: Arc<Mutex<HashSet<u32>>>,
     previous: Option<(Reading, Reading, Duration)>,
     launch_windows: Arc<Mutex<LaunchWindows>>,
+    /// How often a launch window opens, on average.
+    launch_windows_every: Duration,
     /// The launch counts, window seconds and time of the last read that followed a window;
     /// the rates measured then; each process's launches, estimated.
     launch_baseline: Option<(Reading, f64, Duration)>,
@@ -213,7 +215,7 @@ pub struct CudaSource {
 }
 
 impl CudaSource {
-    pub fn new(procfs: PathBuf, sysfs: &Path) -> CudaSource {
+    pub fn new(procfs: PathBuf, sysfs: &Path, launch_windows_every: Duration) -> CudaSource {
         let setup = (|| {
             let maps = Maps {
                 counts: Map::hash(16, 16, MAP_ENTRIES)?,
@@ -239,6 +241,7 @@ impl CudaSource {
             probed: Arc::default(),
             previous: None,
             launch_windows: Arc::default(),
+            launch_windows_every,
             launch_baseline: None,
             launch_rates: HashMap::new(),
             launches: HashMap::new(),
@@ -462,7 +465,7 @@ impl Source for CudaSource {
         let pids = snapshot.gpu_pids();
         self.track_libraries(pmu, &maps, &pids);
         if self.launch_baseline.is_none() {
-            start_launch_windows(pmu, &self.launch_windows);
+            start_launch_windows(pmu, &self.launch_windows, self.launch_windows_every);
             self.launch_baseline = Some((Reading::new(), 0.0, now));
         }
         let keep: HashSet<u32> = pids.iter().copied().collect();

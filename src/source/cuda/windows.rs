@@ -1,4 +1,4 @@
-//! The launch windows: kernel launches are probed only 20 ms about every 2 s.
+//! The launch windows: kernel launches are probed only 20 ms about every few seconds.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,14 +15,14 @@ pub struct Windowed {
     pub program: Arc<Program>,
 }
 
-/// How long each launch window lasts, and the mean time from one to the next: 1 % of the time,
-/// so the launching thread is slowed at most 1 % whatever its launch rate (only while a window
-/// is open does a launch trap). Attaching and detaching cost the exporter more than the window
-/// itself (the kernel writes the breakpoint into every process mapping the driver, then takes
-/// it out: 8 % of the exporter's CPU on the training-shaped bench with 10 ms each second), so
-/// the same 1 % comes in fewer, longer windows.
+/// How long each launch window lasts. A launch traps from the moment its probe is attached
+/// until the kernel has taken the breakpoint out again, which it does only tens of
+/// milliseconds into detaching (about 45 ms on the development VM: the job's launches trap
+/// 60-80 ms a window, not 20); so the mean time from one window to the next
+/// (`sources.cuda.launch_windows_every`) is what bounds the job's cost, and attaching and
+/// detaching are the exporter's (8 % of its CPU on the training-shaped bench with a window
+/// each second).
 const LAUNCH_WINDOW: Duration = Duration::from_millis(20);
-const LAUNCH_PERIOD: Duration = Duration::from_secs(2);
 
 /// The launch windows: which entry points to attach, and for how long they have been attached
 /// in all (seconds), shared by the source and its window thread.
@@ -32,9 +32,9 @@ pub struct LaunchWindows {
     pub attached_seconds: f64,
 }
 
-/// Opens a launch window about every [`LAUNCH_PERIOD`] (at a random phase, so that windows do
-/// not beat with a training step), until the source is dropped.
-pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>) {
+/// Opens a launch window about every `every` (at a random phase, so that windows do not beat
+/// with a training step), until the source is dropped.
+pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>, every: Duration) {
     let windows = Arc::downgrade(windows);
     let spawned = std::thread::Builder::new()
         .name("cuda-launches".into())
@@ -44,7 +44,7 @@ pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>)
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
-                let gap = LAUNCH_PERIOD.mul_f64(0.5 + (state % 1000) as f64 / 1000.0);
+                let gap = every.mul_f64(0.5 + (state % 1000) as f64 / 1000.0);
                 std::thread::sleep(gap.saturating_sub(LAUNCH_WINDOW));
                 let Some(windows) = windows.upgrade() else {
                     return;

@@ -18,7 +18,8 @@
 //! costs the traced thread a trap (1-2 µs on bare metal, 13 µs on this project's VM): waits,
 //! copies and graph launches (a few per step) are probed always; kernel launches (tens of
 //! thousands a second) only in 20 ms windows about every 8 s (`launch_windows_every`), their
-//! count estimated, so a launch-heavy loop is slowed at most 1 %. Counting is in kernel maps; only waits are timed.
+//! count estimated, so a launch-heavy loop is slowed about 1 %. Counting is in kernel maps;
+//! only waits are timed.
 
 pub mod bpf;
 mod cadence;

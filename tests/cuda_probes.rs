@@ -40,10 +40,11 @@ fn probed(script: &str) -> Probed {
         "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
         timelines.path().join("gpu0.timeline").display()
     ));
-    // Launch windows about every 2 s instead of 8: found sooner, at a cost the test pays.
+    // Launch windows about every second instead of 8 s: one catches the loop launching well
+    // within the wait's 10 s even on a loaded machine (at 2 s one did not, once, in CI).
     let exporter = scenario.start(
         &common::fake_nvml(false),
-        "  cuda: {launch_windows_every: 2s}\n",
+        "  cuda: {launch_windows_every: 1s}\n",
     );
     let workloads = common::repo_root().join("workloads");
     let script = format!("import sys\nsys.path.insert(0, {workloads:?})\n{script}");
@@ -66,8 +67,8 @@ fn probed(script: &str) -> Probed {
 
 #[test]
 fn launches_copies_and_driver_waits_are_counted_per_process() {
-    // A steady stream of launches for about 70 ms (so that the launch windows, 20 ms about every
-    // 2 s, find it launching more often than not), then a 50 ms kernel and loss.item() (it
+    // A steady stream of launches for about 70 ms (so that the launch windows, 20 ms about each
+    // second, find it launching more often than not), then a 50 ms kernel and loss.item() (it
     // waits about 50 ms inside the driver, spinning): the main thread is inside the driver
     // about 40 % of the time.
     let Probed { exporter, pid, .. } = &probed(
@@ -99,8 +100,9 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
         );
         return;
     }
-    // Kernel launches are counted in 20 ms windows about every 2 s (their trap is too dear
-    // to keep): the count is an estimate, there once a window has caught the loop launching.
+    // Kernel launches are counted in 20 ms windows about each second here (their trap is too
+    // dear to keep): the count is an estimate, there once a window has caught the loop
+    // launching.
     let direction = |d: &'static str| [("pid", pid.as_str()), ("direction", d)];
     let page = exporter.metrics_when(|p| {
         value(p, "gpu_process_cuda_launches_total", &with("kernel")).is_some_and(|n| n > 0.0)

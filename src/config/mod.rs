@@ -421,6 +421,10 @@ mod tests {
         assert!(message.contains("line 2 column 20"), "{message}");
         assert!(message.contains("at least 1"), "{message}");
 
+        let message = error_of("sources:\n  cuda:\n    launch_windows_every: 100ms\n");
+        assert!(message.contains("line 3 column 27"), "{message}");
+        assert!(message.contains("at least 1s"), "{message}");
+
         let message = error_of("log_level: loud\n");
         assert!(message.contains("line 1 column 12"), "{message}");
 

@@ -198,8 +198,23 @@ pub struct CudaConfig {
     /// launch-heavy loop several times over. Each window slows the job's launches while the
     /// probes are attached, 60-80 ms with the kernel's attaching and detaching (measured on
     /// the development VM, bench/probe_cost.py): 8 s keeps a launch-bound loop under 1 %
-    /// slower. Shorter finds the threads that drive the GPU sooner.
+    /// slower. Shorter finds the threads that drive the GPU sooner; under 1 s is refused
+    /// (the windows would trap most launches).
+    #[serde(deserialize_with = "launch_windows_every")]
     pub launch_windows_every: ConfigDuration,
+}
+
+/// A launch windows' period: a duration of at least a second, since each window traps the
+/// job's launches for 60-80 ms.
+fn launch_windows_every<'de, D: Deserializer<'de>>(d: D) -> Result<ConfigDuration, D::Error> {
+    let every = ConfigDuration::deserialize(d)?;
+    if every.0 < Duration::from_secs(1) {
+        return Err(D::Error::custom(format!(
+            "{:?} is too short: expected at least 1s (each launch window traps the job's launches for 60-80 ms)",
+            every.0
+        )));
+    }
+    Ok(every)
 }
 
 impl Default for CudaConfig {

@@ -110,12 +110,14 @@ mod tests {
             assert!(wall >= 50_000_000);
             // Spinning: the thread runs whenever it gets a CPU (preempted on a loaded machine,
             // CI's test binaries side by side, it still gets far more than a fiftieth of one);
-            // blocking: one system call and a wake-up, microseconds.
-            assert_eq!(
-                ran > wall / 50,
-                burns,
-                "{wait:?}: ran {ran} ns in {wall} ns"
-            );
+            // blocking: one system call and a wake-up, microseconds — though a VM whose host
+            // deschedules it then counts that time as the thread's (14 ms of 65 seen in CI).
+            let verdict = if burns {
+                ran > wall / 50
+            } else {
+                ran > wall / 3
+            };
+            assert_eq!(verdict, burns, "{wait:?}: ran {ran} ns in {wall} ns");
         }
     }
 }

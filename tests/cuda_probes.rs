@@ -219,8 +219,13 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
         );
         return;
     }
+    // Each entry point is attached on its own, a few milliseconds apart (more on a loaded
+    // machine): the sends' count may start an iteration or two after the all-reduces'.
     let page = exporter.metrics_when(|p| {
-        value(p, "gpu_process_nccl_collectives_total", &op("all_reduce")).is_some_and(|n| n >= 5.0)
+        let at_least = |side, n| {
+            value(p, "gpu_process_nccl_collectives_total", &op(side)).is_some_and(|c| c >= n)
+        };
+        at_least("all_reduce", 5.0) && at_least("send", 4.0) && at_least("recv", 4.0)
     });
     let issued = value(
         &page,
@@ -242,7 +247,6 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
     );
     for side in ["send", "recv"] {
         let transfers = value(&page, "gpu_process_nccl_collectives_total", &op(side)).unwrap();
-        assert!(transfers >= 4.0, "{side}: {transfers}");
         assert_eq!(
             value(&page, "gpu_process_nccl_bytes_total", &op(side)),
             Some(transfers * f64::from(512 << 10)),

@@ -89,7 +89,8 @@ fn the_busiest_processes_outside_the_gpu_trees_are_named() {
     let by_cpu: Vec<u32> = culprits.by_cpu.iter().map(|p| p.pid).collect();
     assert!(by_cpu.contains(&hog_pid), "{culprits:#?}");
     let hog = culprits.by_cpu.iter().find(|p| p.pid == hog_pid).unwrap();
-    assert!(hog.cpu_cores > 0.2 && hog.cpu_cores <= 1.05, "{hog:?}");
+    // In cores: a busy loop's share of one (0.18 on a loaded CI machine), never a percentage.
+    assert!(hog.cpu_cores > 0.05 && hog.cpu_cores <= 1.05, "{hog:?}");
     assert_eq!(hog.command, "sh");
     assert!(culprits.by_cpu.len() <= 5 && culprits.by_disk.len() <= 5);
     // The rank's own hog is its tree's business.

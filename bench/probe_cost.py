@@ -132,7 +132,7 @@ def exporter(binary, work, probes):
         [binary, "--config", config],
         env={**os.environ, "FAKE_NVML_SCENARIO": scenario},
         stdout=subprocess.DEVNULL,
-        stderr=open("/tmp/exp.err","w"),
+        stderr=subprocess.DEVNULL,
     )
     wait_for_url(f"http://127.0.0.1:{port}/metrics", 20)
     return process

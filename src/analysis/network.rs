@@ -45,7 +45,8 @@ pub fn link_degraded_under_load(w: &WindowFigures) -> Option<f64> {
 /// The share of the window the GPU spun in NCCL's kernels, where the process issues NCCL
 /// collectives (`collective_wait` known: the CUDA probes saw one lately). Ranks that exchange
 /// gradients step together, so a rank's GPU busier with empty SMs than its job's least busy
-/// rank, or with its SMs empty longer than its peers', spun that much longer waiting for it (`spin_excess`; identical ranks spin alike, so a
+/// rank, or (ranks running the same kernels, not pipeline stages) with its SMs empty longer
+/// than its peers', spun that much longer waiting for it (`spin_excess`; identical ranks spin alike, so a
 /// balanced job's empty SMs are its own kernels'), whether or not its host waited for the GPU
 /// meanwhile (a loop that syncs every few steps runs ahead). Where its collectives cross a
 /// saturated or slow link (the evidence of [`inter_node`] at half strength or more), every

@@ -78,10 +78,9 @@ pub fn collective_caps(ranks: &[Option<&str>], windows: &mut [WindowFigures], t:
 /// waiting for its peers: identical ranks step together, so a rank busier than a peer with
 /// nothing on its SMs spun that much longer in a collective waiting for it (stacks not
 /// needed: what says the rank waited for a collective is its own driver waits). A peer that
-/// is slow because it computes longer (a pipeline stage holding more layers, a throttled GPU)
-/// is as busy as the rank waiting for it: then the rank's SMs sit empty longer than the
-/// peer's, by as long as it spins, and that excess counts too — between ranks that run the
-/// same kernels only: pipeline stages (ranks that issue point-to-point transfers) hold
+/// is slow because it computes longer (a throttled GPU) is as busy as the rank waiting for
+/// it: then the rank's SMs sit empty longer than the peer's, by as long as it spins, and that
+/// excess counts too — between ranks that run the same kernels only: pipeline stages (ranks that issue point-to-point transfers) hold
 /// different layers, and a stage of gathers leaves more SMs empty than a stage of matrix
 /// multiplies without waiting at all, which no counter tells from a spin. Where the device
 /// reports no SM activity (no GPM: A100, A10, L4), empty is busy and the excess busy time

@@ -12,7 +12,8 @@
 //! issuing NCCL collectives (real PyTorch's return at once and spin on the GPU) while its
 //! GPU is busy with empty SMs longer than its job's least busy rank, plus what that rank spun
 //! while its peers' GPUs idled for their input, or its SMs sit empty longer than any peer's (a
-//! peer slow because it computes longer, a pipeline stage with more layers, is as busy) (`spun_for_peers`; every rank spins alike for a saturated link, and for a slow rank on another node where the
+//! peer slow because it computes longer, a throttled GPU, is as busy; only between ranks that
+//! run the same kernels, not pipeline stages) (`spun_for_peers`; every rank spins alike for a saturated link, and for a slow rank on another node where the
 //! launcher says the job spans nodes: there the host's waits in the driver, at most the
 //! empty-SM time). Observed, its cost is the idle time the
 //! main thread spent in collectives, plus the busy time its GPU spun in them: at most the time

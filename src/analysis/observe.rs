@@ -115,6 +115,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .and_then(|p| cuda.get(&p.pid))
                     .and_then(|c| c.driver_wait()),
                 step: main.and_then(|p| cuda.get(&p.pid)).and_then(|c| c.step),
+                backlog_busy: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .and_then(|c| c.backlog_busy),
                 job_spans_nodes: context.and_then(|c| c.world?.spans_nodes()),
                 collective_wait: main
                     .and_then(|p| cuda.get(&p.pid))

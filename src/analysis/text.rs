@@ -112,8 +112,12 @@ pub fn reason(reason: &Reason) -> String {
         Reason::OthersWork { share } => {
             format!("other processes did {} of the GPU's work", percent(*share))
         }
-        Reason::BusyFromSyncs { busy } => format!(
+        Reason::BusyFromSyncs { busy, backlog: false } => format!(
             "the device reports no utilization (a MIG slice): the GPU is taken as busy while the loop waited for it, {} of the samples (at least that busy; the idle time and its causes are at most what is shown)",
+            percent(*busy)
+        ),
+        Reason::BusyFromSyncs { busy, backlog: true } => format!(
+            "the device reports no utilization (a MIG slice): its syncs found the GPU more than a step of the loop behind, so it never ran dry between each span's first upload and the sync, and is taken as busy for those spans and while the loop waited, {} of the time (at least that busy)",
             percent(*busy)
         ),
         Reason::FollowedThread { tid } => format!(

@@ -149,6 +149,10 @@ pub struct ProcessCuda {
     /// Its loop's step, from the cadence of its syncs, copies and collectives (`None`: no
     /// repeating step found yet).
     pub step: Option<Step>,
+    /// The share of the last seconds its GPU worked for it as its syncs show it, where one
+    /// found the GPU more than a step of the loop behind (it never ran dry since that span's
+    /// work began: source::cuda::backlog; `None`: no sync did).
+    pub backlog_busy: Option<f64>,
 }
 
 /// A GPU process's training step, timed from outside (source::cuda::cadence).

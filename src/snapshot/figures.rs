@@ -139,6 +139,10 @@ figures! {
         /// The main GPU process's training step, timed from the cadence of its calls into CUDA
         /// and NCCL (`None`: unprobed, or no repeating step found).
         step: Option<Step> => last -> Option<Step>,
+        /// The main GPU process's busy share as its syncs show it, where one found the GPU
+        /// more than a step behind (`None`: none did, or no probes): on a device that reports
+        /// no busy time, a better bound than the samples in which the loop waited.
+        backlog_busy: Option<f64> => mean -> Option<f64>,
         /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
         /// (`None`: not said, or its environment unreadable).
         job_spans_nodes: Option<bool> => last -> Option<bool>,

@@ -28,8 +28,10 @@
 //! **A device that reports no busy time** (a MIG slice: no utilization, no samples): observed
 //! stacks still split the window, from the busy time the loop itself shows, the share of the
 //! samples in which the thread waited for the GPU (a lower bound: the GPU works at least while
-//! the loop waits for it, so the idle time and its split are upper bounds), said in a reason.
-//! Without stacks nothing is split.
+//! the loop waits for it, so the idle time and its split are upper bounds), said in a reason;
+//! or, where the CUDA probes timed the syncs and one found the GPU more than a step of the
+//! loop behind (it never ran dry since that span's work began), those spans whole
+//! (`backlog_busy`). Without stacks nothing is split.
 //!
 //! **Inferred** (no stacks, or too few samples): the idle time is split over the pipeline
 //! kinds in proportion to their counter rules' scores at or above the leave score, and is
@@ -59,8 +61,16 @@ use crate::snapshot::{Activity, PerCause, Reason};
 pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> Option<LostTime> {
     let observed = observed_stacks(w, t);
     let (busy, estimated) = match (w.busy, observed) {
-        (Some(busy), _) => (busy, false),
-        (None, Some(stacks)) if w.up => (stacks.share(Activity::GpuSync), true),
+        (Some(busy), _) => (busy, None),
+        // The samples in which the loop waited give a lower bound; where a sync found the GPU
+        // more than a step behind, the span it worked through counts whole.
+        (None, Some(stacks)) if w.up => {
+            let waited = stacks.share(Activity::GpuSync);
+            match w.backlog_busy.filter(|b| *b > waited) {
+                Some(backlog) => (backlog, Some(true)),
+                None => (waited, Some(false)),
+            }
+        }
         (None, _) => return None,
     };
     let busy = busy.clamp(0.0, 1.0);
@@ -68,8 +78,8 @@ pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> O
         idle: 1.0 - busy,
         ..LostTime::default()
     };
-    if estimated {
-        lost.reasons.push(Reason::BusyFromSyncs { busy });
+    if let Some(backlog) = estimated {
+        lost.reasons.push(Reason::BusyFromSyncs { busy, backlog });
     }
     let in_collective_while_busy = match observed {
         Some(stacks) => {

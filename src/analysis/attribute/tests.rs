@@ -82,8 +82,24 @@ fn without_a_busy_fraction_the_stacks_split_from_the_loops_own_waits() {
     assert!(close(lost.share(Cause::Kind(Kind::SyncStall)), 0.35));
     assert!(matches!(
         lost.reasons[0],
-        Reason::BusyFromSyncs { busy } if close(busy, 0.6)
+        Reason::BusyFromSyncs { busy, backlog: false } if close(busy, 0.6)
     ));
+    // A sync found the GPU more than a step behind, busy 0.9 in all: most of the Python
+    // after the syncs ran while it worked. A reading under the samples' is not taken.
+    let behind = split(WindowFigures {
+        backlog_busy: Some(0.9),
+        ..mig.clone()
+    });
+    assert!(close(behind.idle, 0.1), "{behind:?}");
+    assert!(matches!(
+        behind.reasons[0],
+        Reason::BusyFromSyncs { busy, backlog: true } if close(busy, 0.9)
+    ));
+    let under = split(WindowFigures {
+        backlog_busy: Some(0.5),
+        ..mig.clone()
+    });
+    assert!(close(under.idle, 0.4));
     // No stacks, or a GPU that does not answer: nothing to split from.
     let unseen = WindowFigures {
         stacks: None,

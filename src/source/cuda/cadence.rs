@@ -22,7 +22,8 @@ use crate::snapshot::Step;
 
 /// The recent calls a process's step is found from: a minute, at most this many.
 const WINDOW_NS: u64 = 60_000_000_000;
-const CALLS_KEPT: usize = 2048;
+/// Twice what the step needs: each wait is marked twice, entering and returning.
+const CALLS_KEPT: usize = 4096;
 /// How often a process's step is looked for again.
 const REFRESH_NS: u64 = 10_000_000_000;
 
@@ -50,13 +51,29 @@ const BURST_NS: u64 = 200_000;
 /// Intervals sampled per lag: enough for the median, bounded cost on long windows.
 const SAMPLES: usize = 96;
 
-/// One call across the boundary: when (ns, CLOCK_MONOTONIC), of what kind, and whether its
-/// kind is made once a step (a batch's upload, a CUDA graph's launch).
+/// One call across the boundary: when (ns, CLOCK_MONOTONIC), by which thread, of what kind,
+/// whether its kind is made once a step (a batch's upload, a CUDA graph's launch), and what
+/// it means for the GPU's queue (backlog.rs). A wait's return is marked too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Call {
     pub ns: u64,
+    pub tid: u32,
     pub kind: u32,
     pub once_a_step: bool,
+    pub role: Role,
+}
+
+/// What a call means for the GPU's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Hands the GPU work without waiting: a collective, a graph launch.
+    Work,
+    /// Enters a driver wait: a sync, or a copy (`upload`: to the device, which is work too).
+    Wait { upload: bool },
+    /// Returns from the thread's wait.
+    Returned,
+    /// Neither.
+    Other,
 }
 
 /// The mean step of `calls` (oldest first) in seconds; `None` where no kind of call repeats
@@ -72,7 +89,7 @@ pub struct Call {
 /// that many steps.
 pub fn step_of(calls: &[Call]) -> Option<f64> {
     let mut by_kind: BTreeMap<(bool, u32), Vec<u64>> = BTreeMap::new();
-    for call in calls {
+    for call in calls.iter().filter(|c| c.role != Role::Returned) {
         let times = by_kind.entry((call.once_a_step, call.kind)).or_default();
         if call.once_a_step && times.last().is_some_and(|&t| call.ns < t + BURST_NS) {
             continue; // the same batch's next tensor
@@ -232,6 +249,15 @@ impl Steps {
         self.processes.retain(|pid, _| keep.contains(pid));
     }
 
+    /// `pid`'s calls since `since_ns`, oldest first.
+    pub fn calls_since(&self, pid: u32, since_ns: u64) -> Vec<Call> {
+        let Some(tracked) = self.processes.get(&pid) else {
+            return Vec::new();
+        };
+        let first = tracked.calls.partition_point(|c| c.ns < since_ns);
+        tracked.calls.range(first..).copied().collect()
+    }
+
     /// `pid`'s step at `now_ns`, looked for again when due.
     pub fn step(&mut self, pid: u32, now_ns: u64) -> Option<Step> {
         let tracked = self.processes.get_mut(&pid)?;
@@ -287,8 +313,10 @@ mod tests {
             let at = |ms: u64| (ms as f64 * MS as f64 * scale) as u64;
             out.extend(pattern.iter().map(|&(kind, ms)| Call {
                 ns: start + at(ms),
+                tid: 1,
                 kind,
                 once_a_step: kind == UPLOAD,
+                role: Role::Other,
             }));
             start += at(step_ms);
         }
@@ -340,8 +368,10 @@ mod tests {
             .flat_map(|(i, c)| {
                 let sync = (i % 6 == 5 && (i / 6) % 3 == 2).then_some(Call {
                     ns: c.ns + 20 * MS,
+                    tid: 1,
                     kind: 30,
                     once_a_step: false,
+                    role: Role::Other,
                 });
                 std::iter::once(c).chain(sync)
             })
@@ -362,15 +392,19 @@ mod tests {
                     let ns = base + step * 10 * MS + tensor * 100_000;
                     c.push(Call {
                         ns,
+                        tid: 1,
                         kind: UPLOAD,
                         once_a_step: true,
+                        role: Role::Other,
                     });
                 }
             }
             c.push(Call {
                 ns: base + 31 * MS,
+                tid: 1,
                 kind: 30,
                 once_a_step: false,
+                role: Role::Other,
             });
         }
         let step = step_of(&c).unwrap();
@@ -457,8 +491,10 @@ mod tests {
                     let kind = (next() * kinds) as u32;
                     Call {
                         ns: ns as u64,
+                        tid: 1,
                         kind,
                         once_a_step: false,
+                        role: Role::Other,
                     }
                 })
                 .collect();

@@ -21,6 +21,7 @@
 //! count estimated, so a launch-heavy loop is slowed about 1 %. Counting is in kernel maps;
 //! only waits are timed.
 
+mod backlog;
 pub mod bpf;
 mod cadence;
 pub mod elf;
@@ -37,10 +38,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::backlog::{backlog_busy, BACKLOG_WINDOW_NS};
 use self::bpf::{Attached, Map, Program, UprobePmu};
 use self::cadence::{Call, Steps};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
-use self::probes::{Counted, PROBES};
+use self::probes::{role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
 use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
@@ -162,6 +164,11 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
                 number,
             ))?;
             attached.push(Attached::new(pmu, path, offset, true, exit)?);
+            // Its return marks too (when the queue drained: backlog.rs), on the same trap.
+            if let Some(ring) = maps.marks.as_ref() {
+                let mark = load(programs::mark(ring.fd(), number | RETURN_MARK))?;
+                attached.push(Attached::new(pmu, path, offset, true, mark)?);
+            }
         }
     }
     if attached.is_empty() && launches.is_empty() {
@@ -482,19 +489,22 @@ impl Source for CudaSource {
         self.collectives_seen.retain(|pid, _| keep.contains(pid));
         if let Some(ring) = maps.marks.as_ref() {
             ring.drain(|record| {
-                if let Some((pid, _, ns, probe)) = programs::decode_mark(record) {
+                if let Some((pid, tid, ns, probe)) = programs::decode_mark(record) {
                     if keep.contains(&pid) {
+                        let kind = probe as u32;
+                        let role = role(kind);
                         // A batch's upload and a graph's launch come once a step.
                         let counted = PROBES.get(probe).and_then(|p| p.counted);
                         let once_a_step =
                             matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
-                        let kind = probe as u32;
                         self.steps.add(
                             pid,
                             Call {
                                 ns,
+                                tid,
                                 kind,
                                 once_a_step,
+                                role,
                             },
                         );
                     }
@@ -505,6 +515,8 @@ impl Source for CudaSource {
         let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {
             process.step = self.steps.step(process.pid, now_ns);
+            let recent = now_ns.saturating_sub(BACKLOG_WINDOW_NS);
+            process.backlog_busy = backlog_busy(&self.steps.calls_since(process.pid, recent));
             process.waiting_seconds = waiting.get(&process.pid).copied();
             process.last_collective =
                 last_collective(&mut self.collectives_seen, process, now.as_secs_f64());

@@ -1,6 +1,7 @@
 //! The entry points the source probes, and what each one counts: the CUDA driver's, and
 //! NCCL's collectives (libnccl.so*, which PyTorch maps beside the driver).
 
+use super::cadence::Role;
 use crate::snapshot::{Collective, CudaWait};
 
 /// What a probed entry point counts.
@@ -110,4 +111,56 @@ pub fn element_bytes(datatype: u32) -> Option<u64> {
         4 | 5 | 8 => 8,
         _ => return None,
     })
+}
+
+/// Set in a mark's probe number where it marks the wait's return, not the call.
+pub const RETURN_MARK: u32 = 1 << 16;
+
+/// What a marked call of probe `probe` (a mark's number) means for the GPU's queue.
+pub fn role(probe: u32) -> Role {
+    if probe & RETURN_MARK != 0 {
+        return Role::Returned;
+    }
+    match PROBES.get(probe as usize) {
+        Some(p) if p.wait.is_some() => Role::Wait {
+            upload: p.counted == Some(Counted::ToDevice),
+        },
+        Some(p)
+            if matches!(
+                p.counted,
+                Some(Counted::GraphLaunch | Counted::Collective(_))
+            ) =>
+        {
+            Role::Work
+        }
+        _ => Role::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn number(symbol: &str) -> u32 {
+        PROBES.iter().position(|p| p.symbol == symbol).unwrap() as u32
+    }
+
+    #[test]
+    fn each_marked_call_has_its_role_for_the_queue() {
+        let upload = number("cuMemcpyHtoDAsync_v2");
+        assert_eq!(role(upload), Role::Wait { upload: true });
+        assert_eq!(
+            role(number("cuMemcpyDtoH_v2")),
+            Role::Wait { upload: false }
+        );
+        assert_eq!(
+            role(number("cuStreamSynchronize")),
+            Role::Wait { upload: false }
+        );
+        assert_eq!(role(number("ncclAllReduce")), Role::Work);
+        assert_eq!(role(number("cuGraphLaunch")), Role::Work);
+        assert_eq!(role(number("cuLaunchKernel")), Role::Other);
+        assert_eq!(role(upload | RETURN_MARK), Role::Returned);
+        assert_eq!(role(999), Role::Other);
+    }
 }

@@ -4,13 +4,14 @@
 //! **Observed** (the main thread's stacks hold at least `stack_samples_min` samples):
 //!
 //! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
-//!    works while the thread waits for it (synchronizing, or held in a launch by a full launch
-//!    queue: the samples read that as the launching line's Python, the CUDA probes' launch
-//!    windows time it, and that share moves from Python to waiting); the rest of its busy time overlaps
-//!    first what keeps it fed (Python, which launches; collectives, which run kernels of their
-//!    own), then what launches nothing (a loader wait, a sleep elsewhere, the Python right
-//!    after a sync up to the time the sync held the thread while the GPU worked), each group
-//!    evenly: a GPU that keeps up drains its queue in those, so its idle time falls there first.
+//!    works while the thread waits for it (synchronizing, or held in a launch by a full
+//!    launch queue: the samples read that as the launching line's Python, the CUDA probes'
+//!    launch windows time it, and that share moves from Python to waiting); the rest of its
+//!    busy time overlaps first what keeps it fed (Python, which launches; collectives, which
+//!    run kernels of their own), then what launches nothing (a loader wait, a sleep elsewhere,
+//!    the Python right after a sync up to the time the sync held the thread while the GPU
+//!    worked), each group evenly: a GPU that keeps up drains its queue in those, so its idle
+//!    time falls there first.
 //! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
 //!    Python → sync_stall for the part that follows a sync (the sync drained the queue), up to
 //!    the time the thread was held in syncs while the GPU worked (without them it would have
@@ -67,9 +68,8 @@ pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> O
     let (busy, estimated) = match (w.busy, observed) {
         (Some(busy), _) => (busy, None),
         // The samples in which the loop waited give a lower bound; where a sync found the GPU
-        // more than a step behind, the span it worked through counts whole.
-        // A queue found full in the launch windows: the GPU worked from each window's start
-        // to its last held launch.
+        // more than a step behind, or a launch window the launch queue full, the span it
+        // worked through counts whole.
         (None, Some(stacks)) if w.up => {
             let waited = idle::waited_for_gpu(w, stacks);
             let behind = [w.backlog_busy, w.queue_busy]

@@ -134,7 +134,7 @@ fn a_launch_held_by_a_full_queue_is_time_the_gpu_worked_not_python() {
         .reasons
         .iter()
         .any(|r| matches!(r, Reason::LaunchQueueFull { share } if close(*share, 0.85))));
-    // Without the windows' timing the same samples read host-bound, the GPU busy 0.05.
+    // Without the windows' timing the same samples read host-bound: nothing shows it busy.
     let unseen = split(WindowFigures {
         launch_queue_full: None,
         ..queued.clone()

@@ -231,9 +231,9 @@ pub struct CudaSource {
     launch_windows: Arc<Mutex<LaunchWindows>>,
     /// How often a launch window opens, on average.
     launch_windows_every: Duration,
-    /// The launch counts and waits, window seconds and time of the last read that followed a
-    /// window; the rates and each process's launch queue measured then; each process's
-    /// launches, estimated.
+    /// The launch counts, window seconds and time of the last read that followed a window; the
+    /// rates and each process's launch queue measured then; each process's launches,
+    /// estimated.
     launch_baseline: Option<LaunchBaseline>,
     launch_rates: HashMap<(u32, u32), f64>,
     queues: HashMap<u32, QueueSeen>,
@@ -294,8 +294,8 @@ impl CudaSource {
     }
 
     /// Once a launch window has passed since the last time: the launch rates it measured,
-    /// each process's launches since, estimated, and its launch queue (the processes in `keep`
-    /// only; the held launches' times cleared for the next window).
+    /// each process's launches since, estimated, and its launch queue as the window thread
+    /// read it (the processes in `keep` only).
     fn count_launches(&mut self, counts: &Reading, now: Duration, keep: &HashSet<u32>) {
         let (attached, mut queues) = {
             let windows = self

@@ -117,7 +117,7 @@ pub fn reason(reason: &Reason) -> String {
             percent(*busy)
         ),
         Reason::BusyFromSyncs { busy, backlog: true } => format!(
-            "the device reports no utilization (a MIG slice): its syncs found the GPU more than a step of the loop behind, or its launches found CUDA's launch queue full, so it never ran dry over those spans (from a span's first upload to its sync, from a launch window's start to its last held launch), and is taken as busy for them and while the loop waited, {} of the time (at least that busy)",
+            "the device reports no utilization (a MIG slice): its syncs found the GPU more than a step of the loop behind (it never ran dry from a span's first upload to its sync), or the launch windows in which the loop launched found CUDA's launch queue full (a thousand kernels behind from a window's start to its last held launch), and it is taken as that busy, {} of the time",
             percent(*busy)
         ),
         Reason::LaunchQueueFull { share } => format!(

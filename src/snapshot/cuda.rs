@@ -157,10 +157,10 @@ pub struct ProcessCuda {
     /// driver's launch queue (the GPU a thousand kernels behind), as the last launch window
     /// timed them (`None`: no window has seen it launch).
     pub launch_queue_full: Option<f64>,
-    /// The share of the last launch window its GPU provably worked: from the window's start
-    /// to its last launch held for room in the queue (the queue full then, and fewer launches
-    /// since the start than it holds, so it never emptied; `None`: no window has seen it
-    /// launch).
+    /// The share of the last launch window its GPU worked as its launch queue showed it: from
+    /// the window's start to its last launch held for room (the queue full then, and fewer
+    /// launches since the start than it holds, so it never emptied), 0 where none was held
+    /// (`None`: it launched nothing in that window, which then tells nothing).
     pub queue_busy: Option<f64>,
 }
 

@@ -147,9 +147,9 @@ figures! {
         /// the driver's launch queue, as the launch windows timed it (`None`: no probes, or no
         /// window saw it launch): the GPU worked meanwhile, whatever line the stacks read.
         launch_queue_full: Option<f64> => mean -> Option<f64>,
-        /// Share of the last launch window the main GPU process's GPU provably worked, its
-        /// queue full (`None`: no probes, or no window saw it launch): on a device that reports
-        /// no busy time, a bound beside the waits'.
+        /// Share of the launch windows in which the main GPU process launched that its GPU
+        /// worked as its launch queue showed it (`None`: no probes, or no window saw it
+        /// launch): on a device that reports no busy time, a reading beside the waits'.
         queue_busy: Option<f64> => mean -> Option<f64>,
         /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
         /// (`None`: not said, or its environment unreadable).

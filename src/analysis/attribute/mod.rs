@@ -35,8 +35,9 @@
 //! loop waits for it, so the idle time and its split are upper bounds), said in a reason;
 //! or, where the CUDA probes timed the syncs and one found the GPU more than a step of the
 //! loop behind (it never ran dry since that span's work began), those spans whole
-//! (`backlog_busy`), or where the launch windows found the launch queue full, the window up to
-//! its last held launch (`queue_busy`). Without stacks nothing is split.
+//! (`backlog_busy`), or where the launch windows in which the loop launched found the launch
+//! queue full, each such window up to its last held launch (`queue_busy`: a sample of the
+//! queue's state every few seconds, taken as the window's). Without stacks nothing is split.
 //!
 //! **Inferred** (no stacks, or too few samples): the idle time is split over the pipeline
 //! kinds in proportion to their counter rules' scores at or above the leave score, and is

@@ -486,7 +486,7 @@ impl Source for CudaSource {
                 .map(|began| now_ns.saturating_sub(*began) as f64 / 1e9);
             let queue = self.queues.get(&process.pid);
             process.launch_queue_full = queue.map(|q| q.held);
-            process.queue_busy = queue.map(|q| q.busy);
+            process.queue_busy = queue.and_then(|q| q.busy);
             process.last_collective =
                 last_collective(&mut self.collectives_seen, process, now.as_secs_f64());
         }

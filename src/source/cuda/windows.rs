@@ -66,8 +66,8 @@ pub fn start_launch_windows(
                     .unwrap_or_else(|p| p.into_inner())
                     .targets
                     .clone();
-                // The entries' programs first and the returns' last, detached in the other
-                // order: a launch whose return is timed was counted, and its start noted.
+                // The entries' programs first and the returns' last: a launch whose return is
+                // timed was counted, and its start noted.
                 let attach = |returns: bool| -> Vec<Attached> {
                     targets
                         .iter()
@@ -97,8 +97,13 @@ pub fn start_launch_windows(
                 let (opened, began_ns) = (std::time::Instant::now(), monotonic_ns());
                 std::thread::sleep(LAUNCH_WINDOW);
                 let (seconds, ended_ns) = (opened.elapsed().as_secs_f64(), monotonic_ns());
-                drop(returns);
-                drop(entries);
+                // Each detach waits out the kernel's uprobe bookkeeping (tens of ms), the
+                // launches trapping meanwhile: the two sets at once. A return whose entry was
+                // already detached finds no start (the last return deleted it) and adds nothing.
+                std::thread::scope(|scope| {
+                    scope.spawn(|| drop(returns));
+                    drop(entries);
+                });
                 let after = (read_map(&maps.counts, None), read_map(&maps.waits, None));
                 let first = per_process(&maps.held_first, None, u64::min);
                 let last = per_process(&maps.held_last, None, u64::max);

@@ -188,10 +188,12 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
 fn a_loop_that_outruns_its_gpu_is_seen_waiting_in_its_launches() {
     // 2 ms kernels launched back to back, never a sync: the launch queue fills within the
     // first thousand and from then on each launch waits in the driver for a kernel to end,
-    // the thread's whole time. The launch windows time it; a loop whose kernels keep up with
-    // its launches (below) is not held.
-    let held =
-        probed("import emugpu\ngpu = emugpu.open_gpu(0)\nwhile True:\n    gpu.launch(0.002)\n");
+    // the thread's whole time (asleep: the blocking wait mode, so that the test takes no core
+    // from the tests beside it). The launch windows time it; a loop whose kernels keep up
+    // with its launches (below) is not held.
+    let held = probed(
+        "import emugpu\ngpu = emugpu.open_gpu(0, sync='blocking')\nwhile True:\n    gpu.launch(0.002)\n",
+    );
     let share = |probed: &Probed| {
         let pid = probed.pid.clone();
         let page = probed.exporter.metrics_when(|p| {

@@ -1,22 +1,18 @@
 //! The launch windows: kernel launches are probed only 20 ms about every few seconds.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::bpf::{monotonic_ns, Attached, Program, UprobePmu};
-use super::maps::{per_process, read_map, Maps};
-use super::readings::{queue_in_window, QueueSeen};
+use super::bpf::{Attached, Program, UprobePmu};
 
 /// A launch entry point, attached only for short windows: its trap (about 13 µs a call on this
 /// project's VM, measured by bench/probe_cost.py) would cost a loop launching tens of thousands of kernels a
-/// second far more than counting is worth, and a disabled event keeps the trap. Its programs
-/// (count and time on entry, time on return), each with whether it runs on the return.
+/// second far more than counting is worth, and a disabled event keeps the trap.
 pub struct Windowed {
     pub path: PathBuf,
     pub offset: u64,
-    pub programs: Vec<(Arc<Program>, bool)>,
+    pub program: Arc<Program>,
 }
 
 /// How long each launch window lasts. A launch traps from the moment its probe is attached
@@ -29,24 +25,16 @@ pub struct Windowed {
 const LAUNCH_WINDOW: Duration = Duration::from_millis(20);
 
 /// The launch windows: which entry points to attach, and for how long they have been attached
-/// in all (seconds, from the last attach to the first detach), shared by the source and its
-/// window thread.
+/// in all (seconds), shared by the source and its window thread.
 #[derive(Default)]
 pub struct LaunchWindows {
     pub targets: Vec<Arc<Windowed>>,
     pub attached_seconds: f64,
-    /// Per process whose launches the last window saw, its launch queue then.
-    pub queues: HashMap<u32, QueueSeen>,
 }
 
 /// Opens a launch window about every `every` (at a random phase, so that windows do not beat
 /// with a training step), until the source is dropped.
-pub fn start_launch_windows(
-    pmu: UprobePmu,
-    windows: &Arc<Mutex<LaunchWindows>>,
-    every: Duration,
-    maps: Arc<Maps>,
-) {
+pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>, every: Duration) {
     let windows = Arc::downgrade(windows);
     let spawned = std::thread::Builder::new()
         .name("cuda-launches".into())
@@ -66,60 +54,23 @@ pub fn start_launch_windows(
                     .unwrap_or_else(|p| p.into_inner())
                     .targets
                     .clone();
-                // The entries' programs first and the returns' last: a launch whose return is
-                // timed was counted, and its start noted.
-                let attach = |returns: bool| -> Vec<Attached> {
-                    targets
-                        .iter()
-                        .flat_map(|t| {
-                            t.programs
-                                .iter()
-                                .filter(|(_, on_return)| *on_return == returns)
-                                .filter_map(|(program, _)| {
-                                    Attached::new(pmu, &t.path, t.offset, returns, program.clone())
-                                        .ok()
-                                })
-                        })
-                        .collect()
-                };
-                // What the window adds to the counts and waits, and its held launches alone.
-                let before = (read_map(&maps.counts, None), read_map(&maps.waits, None));
-                for map in [&maps.held_first, &maps.held_last] {
-                    for (key, _) in map.entries() {
-                        map.delete(&key);
-                    }
-                }
-                let entries = attach(false);
-                if entries.is_empty() {
+                let events: Vec<Attached> = targets
+                    .iter()
+                    .filter_map(|t| {
+                        Attached::new(pmu, &t.path, t.offset, false, t.program.clone()).ok()
+                    })
+                    .collect();
+                if events.is_empty() {
                     continue;
                 }
-                let returns = attach(true);
-                let (opened, began_ns) = (std::time::Instant::now(), monotonic_ns());
+                let opened = std::time::Instant::now();
                 std::thread::sleep(LAUNCH_WINDOW);
-                let (seconds, ended_ns) = (opened.elapsed().as_secs_f64(), monotonic_ns());
-                // Each detach waits out the kernel's uprobe bookkeeping (tens of ms), the
-                // launches trapping meanwhile: the two sets at once. A return whose entry was
-                // already detached finds no start (the last return deleted it) and adds nothing.
-                std::thread::scope(|scope| {
-                    scope.spawn(|| drop(returns));
-                    drop(entries);
-                });
-                let after = (read_map(&maps.counts, None), read_map(&maps.waits, None));
-                let first = per_process(&maps.held_first, None, u64::min);
-                let last = per_process(&maps.held_last, None, u64::max);
-                let held = first
-                    .into_iter()
-                    .filter_map(|(pid, began)| Some((pid, (began, *last.get(&pid)?))))
-                    .collect();
-                let queues = queue_in_window(
-                    (&after.0, &after.1),
-                    (&before.0, &before.1),
-                    (began_ns, ended_ns),
-                    &held,
-                );
-                let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
-                windows.attached_seconds += seconds;
-                windows.queues = queues;
+                let seconds = opened.elapsed().as_secs_f64();
+                drop(events);
+                windows
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .attached_seconds += seconds;
             }
         });
     if let Err(error) = spawned {

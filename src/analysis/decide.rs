@@ -159,6 +159,7 @@ fn lost_over_window(
     tick.job_gap = window.job_gap;
     tick.collective_busy_cap = window.collective_busy_cap;
     tick.spin_excess = window.spin_excess;
+    tick.pipeline_bubble = window.pipeline_bubble;
     // A tick sees a few sleeping workers at most: what their sleep waits on is read over the
     // window.
     tick.workers_asleep = window.workers_asleep;

@@ -78,5 +78,57 @@ pub fn judge(
     });
     scored.evidence = evidence;
     scored.score = Some(strength.max(facts));
-    (scored, lost.basis, Some(share))
+    // A premise the counters infer (a pipeline's bubble) is no observation.
+    let basis = if signal.role() == Role::Condition {
+        Basis::Inferred
+    } else {
+        lost.basis
+    };
+    (scored, basis, Some(share))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::attribute::lost_time;
+    use crate::analysis::Kind;
+    use crate::snapshot::{PerActivity, ProcessStacks, Reason};
+
+    #[test]
+    fn a_cost_the_counters_infer_stays_inferred_beside_observed_stacks() {
+        // A balanced pipeline stage on an A100 (no SM activity): its main thread runs the
+        // loop's Python ahead of the GPU, which is busy all along, a fifth of it in the
+        // schedule's bubble (four microbatches, eight transfers a step).
+        let shares = PerActivity([0.0, 0.0, 0.0, 1.0, 0.0]);
+        let w = WindowFigures {
+            up: true,
+            busy: Some(1.0),
+            point_to_point: Some(true),
+            transfers_per_step: Some(8.0),
+            pipeline_bubble: Some(0.2),
+            stacks: Some(ProcessStacks {
+                pid: 1,
+                samples: 100,
+                shares,
+                top_frames: Vec::new(),
+                recent_samples: 10,
+                recent_shares: shares,
+                followed_thread: None,
+            }),
+            ..WindowFigures::default()
+        };
+        let t = Thresholds::default();
+        let lost = lost_time(&w, &[], &t).unwrap();
+        assert_eq!(lost.basis, Basis::Observed);
+        assert!((lost.share(Cause::Kind(Kind::Communication)) - 0.2).abs() < 1e-9);
+        assert!(lost.reasons.iter().any(
+            |r| matches!(r, Reason::PipelineBubble { microbatches, .. } if *microbatches == 4.0)
+        ));
+        let spec = Kind::Communication.spec();
+        let (scored, basis, cost) = judge((spec.score)(&w, &t), spec.phase, Some(&lost), &w, &t);
+        assert_eq!(basis, Basis::Inferred);
+        assert!((cost.unwrap() - 0.2).abs() < 1e-9);
+        assert!(scored.score.unwrap() >= 0.5, "{scored:?}");
+        assert_eq!(scored.evidence[0].signal, Signal::PipelineBubble);
+    }
 }

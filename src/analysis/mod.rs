@@ -31,6 +31,7 @@ pub mod latch;
 pub mod network;
 pub mod observe;
 pub mod peers;
+pub mod pipeline;
 pub mod ras;
 pub mod score;
 pub mod text;

@@ -125,6 +125,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 point_to_point: main
                     .and_then(|p| cuda.get(&p.pid))
                     .map(|c| c.totals.issued_point_to_point()),
+                transfers_per_step: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .and_then(|c| c.transfers_per_step),
                 processes: device.process_count,
                 independent_jobs,
                 other_jobs,

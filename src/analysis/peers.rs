@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::attribute::{lost_time, main_work_share};
+use super::pipeline;
 use super::{Basis, Cause, GpuObservation, GpuVerdict, Kind, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::Activity;
@@ -126,6 +127,14 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let least_spun = windows[members[least]]
         .collective_wait
         .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
+    // Pipeline stages wait for each other by their schedule, balanced or not: the least busy
+    // stage spins in the bubble too, unless its GPU idled for its own host meanwhile (its idle
+    // time beyond the busiest stage's: the peer's tensors arrived while it idled).
+    let busiest = known.iter().map(|k| k.0).fold(0.0, f64::max);
+    let least_bubble = (!same_kernels)
+        .then(|| pipeline::bubble_share(members, windows))
+        .flatten()
+        .map(|b| (least_busy * b - (busiest - least_busy) - least_spun).max(0.0));
     for (&i, (busy, empty)) in members.iter().zip(known) {
         let busy_excess = busy - least_busy + least_spun;
         let empty_excess = if same_kernels {
@@ -133,8 +142,9 @@ fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         } else {
             0.0
         };
-        let excess = busy_excess.max(empty_excess);
-        windows[i].spin_excess = Some(excess.min(empty).max(0.0));
+        let spun = busy_excess.max(empty_excess).min(empty).max(0.0);
+        windows[i].spin_excess = Some(spun);
+        windows[i].pipeline_bubble = least_bubble.map(|b| b.min(empty - spun).max(0.0));
     }
 }
 
@@ -289,6 +299,45 @@ mod tests {
         assert_eq!(spun(&stages), [0.0, 0.01]);
         // Balanced ranks spin alike: their empty SMs are their own kernels'.
         assert_eq!(spun(&[window(0.96, 0.29), window(0.96, 0.29)]), [0.0, 0.0]);
+    }
+
+    /// Two pipeline stages of four microbatches (eight transfers a step): busy, SM activity.
+    fn stages(figures: [(f64, Option<f64>); 2]) -> Vec<(f64, f64)> {
+        let mut windows: Vec<WindowFigures> = figures
+            .iter()
+            .map(|&(busy, sm)| WindowFigures {
+                busy: Some(busy),
+                sm_activity: sm,
+                point_to_point: Some(true),
+                transfers_per_step: Some(8.0),
+                ..WindowFigures::default()
+            })
+            .collect();
+        spin_excess(&[0, 1], &mut windows);
+        let rounded = |x: Option<f64>| (x.unwrap() * 100.0).round() / 100.0;
+        windows
+            .iter()
+            .map(|w| (rounded(w.spin_excess), rounded(w.pipeline_bubble)))
+            .collect()
+    }
+
+    #[test]
+    fn pipeline_stages_spin_in_their_schedules_bubble_unless_they_idled_for_their_host() {
+        // Balanced stages without SM activity (an A100): each spins a fifth of its busy time
+        // (four microbatches, two stages), however busy its GPU reads.
+        assert_eq!(stages([(1.0, None), (1.0, None)]), [(0.0, 0.2), (0.0, 0.2)]);
+        // Stage 1's host is slower: its GPU idles 15 % longer than stage 0's, in which the
+        // activations it waits for arrive; stage 0 spins that much longer.
+        assert_eq!(
+            stages([(0.95, None), (0.8, None)]),
+            [(0.15, 0.01), (0.0, 0.01)]
+        );
+        // With SM activity (an H100) the bubble is at most the SMs left empty beside the
+        // spin seen: stage 1's kernels fill its SMs but for 5 %.
+        assert_eq!(
+            stages([(0.9, Some(0.5)), (0.9, Some(0.85))]),
+            [(0.0, 0.18), (0.0, 0.05)]
+        );
     }
 
     #[test]

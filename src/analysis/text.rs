@@ -137,6 +137,10 @@ pub fn reason(reason: &Reason) -> String {
             "the process issues NCCL collectives and its GPU was busier, with its SMs empty, than its job's least busy rank (or the host waited in the driver while they crossed a saturated link, or went to its job's ranks on other nodes): it spun {} of the time in the collectives, waiting for its peers or the wire",
             percent(*share)
         ),
+        Reason::PipelineBubble { share, microbatches } => format!(
+            "the process is a pipeline stage (NCCL sends and receives, about {microbatches:.0} microbatches a step): its schedule leaves it waiting for the other stages, its GPU spinning in the receive kernels, {} of the time (inferred from the schedule: the bubble of two stages)",
+            percent(*share)
+        ),
         Reason::PeersAsBusy { at_most, seen } => format!(
             "the main thread waited in collectives while its GPU ran its queued work: its peers' GPUs were as busy, so collectives cost it at most {} of the time, not {}",
             percent(*at_most),

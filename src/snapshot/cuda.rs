@@ -153,6 +153,9 @@ pub struct ProcessCuda {
     /// found the GPU more than a step of the loop behind (it never ran dry since that span's
     /// work began: source::cuda::backlog; `None`: no sync did).
     pub backlog_busy: Option<f64>,
+    /// NCCL point-to-point transfers (sends and receives) it issued a step, over the last
+    /// seconds: a pipeline stage's microbatches (`None`: no step found).
+    pub transfers_per_step: Option<f64>,
 }
 
 /// A GPU process's training step, timed from outside (source::cuda::cadence).

@@ -150,6 +150,10 @@ figures! {
         /// probes were attached: a pipeline's stage, whose layers and kernels are not its
         /// peers' (`None`: no CUDA probes on it).
         point_to_point: Option<bool> => last -> Option<bool>,
+        /// NCCL point-to-point transfers the main GPU process issued a step: a pipeline
+        /// stage's microbatches, a send and a receive each at either end of the pipeline
+        /// (`None`: no CUDA probes on it, or no step found).
+        transfers_per_step: Option<f64> => mean -> Option<f64>,
         /// Share of the time the main GPU process's GPU-driving thread waited inside the CUDA
         /// driver while it issued NCCL collectives (`None`: no CUDA probes on it, or no
         /// collective issued lately).
@@ -241,6 +245,11 @@ figures! {
         /// busy rank's (`None`: no peers whose busy time is known; filled by the peer
         /// comparison): the most its GPU can have spun waiting for them.
         spin_excess: Option<f64> = nothing,
+        /// The share of the time this pipeline stage's GPU spun in its schedule's bubble
+        /// beyond what `spin_excess` and the host's driver waits show, inferred from its
+        /// microbatches (`None`: not a stage, or its peers' busy times unknown; filled by the
+        /// peer comparison).
+        pipeline_bubble: Option<f64> = nothing,
     }
 }
 

@@ -105,6 +105,9 @@ signals! {
     /// the CUDA driver while the process issued them, at most its excess of empty-SM busy
     /// time over its job's least busy rank.
     SpunForPeers = "spun_for_peers", Observed;
+    /// Share of the time a pipeline stage's GPU spun in its schedule's bubble (GPipe's and
+    /// 1F1B's, from its microbatches a step) beyond the spin seen: inferred, not seen.
+    PipelineBubble = "pipeline_bubble", Condition;
     /// The PCIe link trained below its maximum generation or width.
     PcieBandwidthShare = "pcie_bandwidth_share", Standing;
     /// Other jobs run work on the GPU (or, without per-process utilization, hold it).

@@ -286,6 +286,16 @@ pub enum Reason {
         /// Share of the window.
         share: f64,
     },
+    /// The process is a pipeline stage (it issues NCCL sends and receives, `microbatches` of
+    /// each a step): its schedule leaves it waiting for the other stages, spinning in the
+    /// receive kernels, `share` of the window beyond what the spin seen says. Inferred from
+    /// the schedule, not seen.
+    PipelineBubble {
+        /// Share of the window.
+        share: f64,
+        /// Microbatches a step, from its transfers.
+        microbatches: f64,
+    },
     /// The idle time nothing the main thread did explains, `share` of the window, on a GPU
     /// whose PCIe link trained at `bandwidth` of its maximum while it works: charged to the
     /// link.

@@ -47,10 +47,18 @@ pub(super) fn split_busy(
             share: after_collectives,
         });
     }
+    // A pipeline stage waits for the others by its schedule besides (inferred).
+    let bubble = w.pipeline_bubble.unwrap_or(0.0);
+    if bubble > 0.0 && bubble >= NOTED * busy {
+        lost.reasons.push(Reason::PipelineBubble {
+            share: bubble,
+            microbatches: w.transfers_per_step.unwrap_or(0.0) / 2.0,
+        });
+    }
     let collective = take(
         lost,
         Kind::Communication,
-        seen.min(cap).max(after_collectives),
+        seen.min(cap).max(after_collectives + bubble),
     );
     lost.collective_busy = collective;
     // The device's SM activity mixes every process's kernels: the main job's empty SMs are

@@ -15,7 +15,12 @@
 //! peer slow because it computes longer, a throttled GPU, is as busy; only between ranks that
 //! run the same kernels, not pipeline stages) (`spun_for_peers`; every rank spins alike for a saturated link, and for a slow rank on another node where the
 //! launcher says the job spans nodes: there the host's waits in the driver, at most the
-//! empty-SM time). Observed, its cost is the idle time the
+//! empty-SM time); a pipeline stage's schedule besides (`pipeline_bubble`, inferred): GPipe and
+//! 1F1B leave each of `S` stages waiting `(S - 1) / (M + S - 1)` of the step for `M`
+//! microbatches (a stage's sends and receives a step tell `M`; `S` taken as two, the least
+//! any pipeline has), spinning in its receives — the least busy stage too, less the idle time
+//! its GPU had beyond the busiest stage's (its own host's lag, in which its peer's tensors
+//! arrive), at most the SMs left empty. Observed, its cost is the idle time the
 //! main thread spent in collectives, plus the busy time its GPU spun in them: at most the time
 //! its SMs sat empty (a spinning collective leaves them so) and, beside peers whose stacks are
 //! seen, at most its excess over the least busy of them.
@@ -45,15 +50,23 @@ pub(super) const SPEC: KindSpec = KindSpec {
 /// the process issuing collectives while its GPU spins in them (busier with empty SMs than its
 /// job's least busy rank, or its collectives crossing a saturated link): the host meets the
 /// collective at a sync, in the stacks as a sync, or not at all.
+/// A pipeline stage's schedule holds it in its receives besides (inferred: the premise is
+/// then the bubble, where it is most of the spin).
 fn premise(w: &WindowFigures, t: &Thresholds) -> Premise {
     let stacks = Premise::seen(w, Signal::MainThreadInCollective, Activity::Collective);
-    match network::spun_in_collectives(w, t) {
-        Some(spun) if spun > stacks.share => Premise {
-            signal: Signal::SpunForPeers,
-            activity: Activity::GpuSync,
-            share: spun,
+    let spun = network::spun_in_collectives(w, t).unwrap_or(0.0);
+    let bubble = w.pipeline_bubble.unwrap_or(0.0);
+    if spun + bubble <= stacks.share {
+        return stacks;
+    }
+    Premise {
+        signal: if bubble > spun {
+            Signal::PipelineBubble
+        } else {
+            Signal::SpunForPeers
         },
-        _ => stacks,
+        activity: Activity::GpuSync,
+        share: spun + bubble,
     }
 }
 
@@ -74,6 +87,15 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
         .alternative(
             Signal::SpunForPeers,
             network::spun_in_collectives(w, t),
+            t.lost_share_high,
+            high,
+        )
+        .unwrap_or(0.0);
+    // A pipeline stage's wait in its schedule's bubble (inferred from its microbatches).
+    let bubble = rule
+        .alternative(
+            Signal::PipelineBubble,
+            w.pipeline_bubble,
             t.lost_share_high,
             high,
         )
@@ -108,6 +130,7 @@ fn score(w: &WindowFigures, t: &Thresholds) -> KindScore {
         gap.max(degraded_while_busy)
             .max(collective)
             .max(spun)
+            .max(bubble)
             .max(link),
     )
 }

@@ -109,6 +109,19 @@ pub fn step_of(calls: &[Call]) -> Option<f64> {
     })
 }
 
+/// How many of `calls` (oldest first) `counted` picks a step of `step_seconds`, over the
+/// steps their span holds; `None` where it holds fewer than [`MIN_STEPS`]. A pipeline stage's
+/// sends and receives a step tell its microbatches. Pure.
+pub fn per_step(calls: &[Call], step_seconds: f64, counted: impl Fn(&Call) -> bool) -> Option<f64> {
+    let (first, last) = (calls.first()?, calls.last()?);
+    let steps = last.ns.saturating_sub(first.ns) as f64 / 1e9 / step_seconds;
+    if !steps.is_finite() || steps < MIN_STEPS as f64 {
+        return None;
+    }
+    let n = calls.iter().filter(|c| counted(c)).count();
+    Some(n as f64 / steps)
+}
+
 /// The step of calls made once a step: their mean interval, where they repeat at all (a
 /// period of one or several of them: the loop may run ahead of the GPU between syncs).
 fn once_a_step(times: &[u64]) -> Option<f64> {
@@ -250,12 +263,13 @@ impl Steps {
     }
 
     /// `pid`'s calls since `since_ns`, oldest first.
-    pub fn calls_since(&self, pid: u32, since_ns: u64) -> Vec<Call> {
-        let Some(tracked) = self.processes.get(&pid) else {
-            return Vec::new();
+    pub fn calls_since(&mut self, pid: u32, since_ns: u64) -> &[Call] {
+        let Some(tracked) = self.processes.get_mut(&pid) else {
+            return &[];
         };
-        let first = tracked.calls.partition_point(|c| c.ns < since_ns);
-        tracked.calls.range(first..).copied().collect()
+        let calls = tracked.calls.make_contiguous();
+        let first = calls.partition_point(|c| c.ns < since_ns);
+        &calls[first..]
     }
 
     /// `pid`'s step at `now_ns`, looked for again when due.
@@ -467,6 +481,35 @@ mod tests {
         assert_eq!(steps.step(8, now), None);
         steps.retain(&HashSet::new());
         assert_eq!(steps.step(7, now), None);
+    }
+
+    #[test]
+    fn a_stages_transfers_a_step_are_counted_over_the_steps_seen() {
+        // A GPipe stage of four microbatches: a send after each forward, a receive before each
+        // backward, the step's sync at its end.
+        let (send, recv, sync) = (5, 6, 1);
+        let pattern = [
+            (UPLOAD, 0),
+            (send, 10),
+            (send, 20),
+            (send, 30),
+            (send, 40),
+            (recv, 50),
+            (recv, 60),
+            (recv, 70),
+            (recv, 80),
+            (sync, 95),
+        ];
+        let c = calls(50, 100, &pattern, jitter(0.1));
+        let step = step_of(&c).unwrap();
+        let transfers = per_step(&c, step, |c| c.kind == send || c.kind == recv).unwrap();
+        assert!((transfers - 8.0).abs() < 0.3, "{transfers}");
+        assert_eq!(
+            per_step(&c[..20], step, |_| true),
+            None,
+            "two steps are too few"
+        );
+        assert_eq!(per_step(&c, 0.0, |_| true), None);
     }
 
     #[test]

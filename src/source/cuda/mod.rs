@@ -40,9 +40,9 @@ use std::time::Duration;
 
 use self::backlog::{backlog_busy, BACKLOG_WINDOW_NS};
 use self::bpf::{Attached, Map, Program, UprobePmu};
-use self::cadence::{Call, Steps};
+use self::cadence::{per_step, Call, Steps};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
-use self::probes::{role, Counted, PROBES, RETURN_MARK};
+use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
 use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
@@ -515,8 +515,13 @@ impl Source for CudaSource {
         let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {
             process.step = self.steps.step(process.pid, now_ns);
-            let recent = now_ns.saturating_sub(BACKLOG_WINDOW_NS);
-            process.backlog_busy = backlog_busy(&self.steps.calls_since(process.pid, recent));
+            let recent = self
+                .steps
+                .calls_since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
+            process.backlog_busy = backlog_busy(recent);
+            process.transfers_per_step = process
+                .step
+                .and_then(|s| per_step(recent, s.seconds, |c| is_transfer(c.kind)));
             process.waiting_seconds = waiting.get(&process.pid).copied();
             process.last_collective =
                 last_collective(&mut self.collectives_seen, process, now.as_secs_f64());

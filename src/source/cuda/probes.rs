@@ -137,6 +137,15 @@ pub fn role(probe: u32) -> Role {
     }
 }
 
+/// Whether probe `probe` (a mark's number) is one side of an NCCL point-to-point transfer
+/// (`ncclSend`, `ncclRecv`).
+pub fn is_transfer(probe: u32) -> bool {
+    matches!(
+        PROBES.get(probe as usize).and_then(|p| p.counted),
+        Some(Counted::Collective(op)) if op.is_point_to_point()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +171,14 @@ mod tests {
         assert_eq!(role(number("cuLaunchKernel")), Role::Other);
         assert_eq!(role(upload | RETURN_MARK), Role::Returned);
         assert_eq!(role(999), Role::Other);
+    }
+
+    #[test]
+    fn sends_and_receives_are_transfers_and_nothing_else_is() {
+        assert!(is_transfer(number("ncclSend")));
+        assert!(is_transfer(number("ncclRecv")));
+        assert!(!is_transfer(number("ncclAllReduce")));
+        assert!(!is_transfer(number("cuStreamSynchronize")));
+        assert!(!is_transfer(number("ncclRecv") | RETURN_MARK));
     }
 }

@@ -7,6 +7,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::exposition::value;
 use common::{Exporter, Reaped, Scenario, TempDir};
@@ -185,6 +186,47 @@ fn launches_copies_and_driver_waits_are_counted_per_process() {
 }
 
 #[test]
+fn a_loop_that_outruns_its_gpu_is_seen_waiting_in_its_launches() {
+    // 2 ms kernels launched back to back, never a sync: the launch queue fills within the
+    // first thousand and from then on each launch waits in the driver for a kernel to end,
+    // the thread's whole time. The launch windows time it; a loop whose kernels keep up with
+    // its launches (below) is not held. One launch window in three times the launches (about
+    // every 3 s here): the wait is longer than the others'.
+    let held =
+        probed("import emugpu\ngpu = emugpu.open_gpu(0)\nwhile True:\n    gpu.launch(0.002)\n");
+    let share = |probed: &Probed| {
+        let pid = probed.pid.clone();
+        let of_pid = [("pid", pid.as_str())];
+        let page = probed
+            .exporter
+            .metrics_within(Duration::from_secs(40), |p| {
+                value(p, "gpu_process_cuda_launch_queue_full_ratio", &of_pid).is_some()
+                    || value(
+                        p,
+                        "gpu_exporter_signal_supported",
+                        &[("signal", "cuda_probes")],
+                    )
+                    .is_some()
+            });
+        value(
+            &page,
+            "gpu_process_cuda_launch_queue_full_ratio",
+            &[("pid", pid.as_str())],
+        )
+    };
+    if !may_probe() {
+        assert_eq!(share(&held), None);
+        return;
+    }
+    let full = share(&held).expect("a window saw the loop launch");
+    assert!(full > 0.5, "held {full} of the window");
+    let kept_up = probed(
+        "import time, emugpu\ngpu = emugpu.open_gpu(0)\nwhile True:\n    gpu.launch(0.0001)\n    time.sleep(0.001)\n",
+    );
+    assert_eq!(share(&kept_up), Some(0.0));
+}
+
+#[test]
 fn nccl_collectives_are_counted_per_process_by_operation() {
     // A rank of a one-rank communicator (nothing to wait for) all-reducing 4 MiB of float32
     // every 50 ms, as DDP's buckets are, through the stub libnccl.so.2 mapped beside the driver,
@@ -323,6 +365,7 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 seconds: 0.42,
                 best_seconds: 0.35,
             }),
+            launch_queue_full: Some(0.3),
             ..ProcessCuda::default()
         }],
         ..Snapshot::default()
@@ -349,6 +392,13 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
             &[("pid", "4242")]
         ),
         Some(0.62)
+    );
+    assert_eq!(
+        of(
+            "gpu_process_cuda_launch_queue_full_ratio",
+            &[("pid", "4242")]
+        ),
+        Some(0.3)
     );
     // Two threads launched (the third only waited).
     assert_eq!(
@@ -381,7 +431,7 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
     );
     assert_eq!(
         series("gpu_process_cuda_"),
-        13,
+        14,
         "a fixed set per process, none per kernel or call"
     );
     // Seven operations each for the process that issued collectives, none for the other.

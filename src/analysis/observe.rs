@@ -118,6 +118,12 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 backlog_busy: main
                     .and_then(|p| cuda.get(&p.pid))
                     .and_then(|c| c.backlog_busy),
+                launch_queue_full: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .and_then(|c| c.launch_queue_full),
+                queue_busy: main
+                    .and_then(|p| cuda.get(&p.pid))
+                    .and_then(|c| c.queue_busy),
                 job_spans_nodes: context.and_then(|c| c.world?.spans_nodes()),
                 collective_wait: main
                     .and_then(|p| cuda.get(&p.pid))

@@ -117,8 +117,12 @@ pub fn reason(reason: &Reason) -> String {
             percent(*busy)
         ),
         Reason::BusyFromSyncs { busy, backlog: true } => format!(
-            "the device reports no utilization (a MIG slice): its syncs found the GPU more than a step of the loop behind, so it never ran dry between each span's first upload and the sync, and is taken as busy for those spans and while the loop waited, {} of the time (at least that busy)",
+            "the device reports no utilization (a MIG slice): its syncs found the GPU more than a step of the loop behind (it never ran dry from a span's first upload to its sync), or the launch windows in which the loop launched found CUDA's launch queue full (a thousand kernels behind from a window's start to its last held launch), and it is taken as that busy, {} of the time",
             percent(*busy)
+        ),
+        Reason::LaunchQueueFull { share } => format!(
+            "the loop waited in kernel launches for room in CUDA's launch queue {} of the time (the GPU a thousand kernels behind): GPU time, though the line the stacks read is the loop's own",
+            percent(*share)
         ),
         Reason::FollowedThread { tid } => format!(
             "the samples are of thread {tid}, which drives the GPU while the main thread touches no CUDA (the training function runs on a thread of its own)"

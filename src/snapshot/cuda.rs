@@ -156,6 +156,15 @@ pub struct ProcessCuda {
     /// NCCL point-to-point transfers (sends and receives) it issued a step, over the last
     /// seconds: a pipeline stage's microbatches (`None`: no step found).
     pub transfers_per_step: Option<f64>,
+    /// The share of its time its threads spent in kernel launches that waited for room in the
+    /// driver's launch queue (the GPU a thousand kernels behind), as the last launch window
+    /// timed them (`None`: no window has seen it launch).
+    pub launch_queue_full: Option<f64>,
+    /// The share of the last launch window its GPU worked as its launch queue showed it: from
+    /// the window's start to its last launch held for room (the queue full then, and fewer
+    /// launches since the start than it holds, so it never emptied), 0 where none was held
+    /// (`None`: it launched nothing in that window, which then tells nothing).
+    pub queue_busy: Option<f64>,
 }
 
 /// A GPU process's training step, timed from outside (source::cuda::cadence).

@@ -143,6 +143,14 @@ figures! {
         /// more than a step behind (`None`: none did, or no probes): on a device that reports
         /// no busy time, a better bound than the samples in which the loop waited.
         backlog_busy: Option<f64> => mean -> Option<f64>,
+        /// Share of the time the main GPU process's loop waited in kernel launches for room in
+        /// the driver's launch queue, as the launch windows timed it (`None`: no probes, or no
+        /// window saw it launch): the GPU worked meanwhile, whatever line the stacks read.
+        launch_queue_full: Option<f64> => mean -> Option<f64>,
+        /// Share of the launch windows in which the main GPU process launched that its GPU
+        /// worked as its launch queue showed it (`None`: no probes, or no window saw it
+        /// launch): on a device that reports no busy time, a reading beside the waits'.
+        queue_busy: Option<f64> => mean -> Option<f64>,
         /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
         /// (`None`: not said, or its environment unreadable).
         job_spans_nodes: Option<bool> => last -> Option<bool>,

@@ -317,12 +317,20 @@ pub enum Reason {
     /// The device reports no busy time (a MIG slice): the split starts from the share of the
     /// samples in which the loop waited for the GPU, `busy`, a lower bound of its busy time
     /// (the idle time and its causes are upper bounds); or, `backlog`, from the syncs' timing,
-    /// where one found the GPU more than a step of the loop behind.
+    /// where one found the GPU more than a step of the loop behind, or the launch windows',
+    /// where they found the launch queue full.
     BusyFromSyncs {
         /// The busy fraction assumed.
         busy: f64,
         /// Whether it counts the spans the GPU worked through whole, not only the waits.
         backlog: bool,
+    },
+    /// The loop waited in kernel launches for room in the driver's launch queue `share` of the
+    /// time (the launch windows timed it): the GPU worked then, though the stacks read the
+    /// launching line as the loop's Python.
+    LaunchQueueFull {
+        /// Share of the time.
+        share: f64,
     },
     /// The samples are of thread `tid`, which drives the GPU while the main thread touches no
     /// CUDA (the training function on a thread of its own): "the main thread" of the other

@@ -126,15 +126,20 @@ impl Exporter {
     }
 
     /// Polls `condition` every 20 ms for up to 10 s.
-    pub fn wait_for(&self, mut condition: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+    pub fn wait_for(&self, condition: impl FnMut() -> bool) {
+        self.wait_within(Duration::from_secs(10), condition);
+    }
+
+    /// Waits up to `limit` for `condition`, panicking past it.
+    pub fn wait_within(&self, limit: Duration, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if condition() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("condition not met within 10 s");
+        panic!("condition not met within {limit:?}");
     }
 
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> http::Response {
@@ -151,10 +156,19 @@ impl Exporter {
     /// Waits until `/metrics` satisfies `condition`, and returns that page.
     pub fn metrics_when(
         &self,
+        condition: impl FnMut(&[exposition::Family]) -> bool,
+    ) -> Vec<exposition::Family> {
+        self.metrics_within(Duration::from_secs(10), condition)
+    }
+
+    /// `/metrics` once `condition` holds on it, waiting up to `limit`.
+    pub fn metrics_within(
+        &self,
+        limit: Duration,
         mut condition: impl FnMut(&[exposition::Family]) -> bool,
     ) -> Vec<exposition::Family> {
         let mut page = Vec::new();
-        self.wait_for(|| {
+        self.wait_within(limit, || {
             // 503 until the first sample is published.
             let response = self.get("/metrics", &[]);
             if response.status != 200 {

@@ -36,6 +36,11 @@ pub(super) fn split_observed(
             (loader, python)
         }
     };
+    // A launch held by a full launch queue reads as the launching line's Python: that much of
+    // the Python is a wait for the GPU, which works meanwhile, and drains nothing.
+    let queued = queue_full(w, python);
+    let python = python - queued;
+    note(lost, queued, Reason::LaunchQueueFull { share: queued });
     // The GPU works while the thread waits for it. Python right after a sync starts on an
     // empty queue (the sync drained it): without the sync the thread would have been as far
     // ahead as it was held there while the GPU worked, so that much Python (the
@@ -44,8 +49,8 @@ pub(super) fn split_observed(
     // its own), evenly, then what does not (the drained Python, a loader wait, a sleep
     // elsewhere): a GPU that keeps up with the loop drains its queue in the waits that launch
     // nothing, so its idle time falls there first.
-    let sync_busy = busy.min(sync);
-    let drained = python.min(sync_busy);
+    let sync_busy = busy.min(sync + queued);
+    let drained = python.min(busy.min(sync));
     let left = busy - sync_busy;
     let fed = python - drained + collective;
     let idle_in_fed = idle_in(fed, left);
@@ -56,7 +61,7 @@ pub(super) fn split_observed(
     add(
         lost,
         Cause::Kind(Kind::SyncStall),
-        sync - sync_busy + drained_idle,
+        sync + queued - sync_busy + drained_idle,
     );
     let host_idle = (python - drained) * idle_in_fed;
     note(
@@ -86,6 +91,18 @@ pub(super) fn split_observed(
         _ => add(lost, Cause::Unexplained, unexplained),
     }
     (collective - communication).max(0.0)
+}
+
+/// The share of the time the loop waited for the GPU: its samples in a sync, and its launches
+/// held by a full launch queue (timed apart; the samples read those as Python).
+pub(super) fn waited_for_gpu(w: &WindowFigures, stacks: &ProcessStacks) -> f64 {
+    let python = stacks.share(Activity::Python);
+    (stacks.share(Activity::GpuSync) + queue_full(w, python)).min(1.0)
+}
+
+/// The part of the loop's `python` share that was a launch held by a full launch queue.
+fn queue_full(w: &WindowFigures, python: f64) -> f64 {
+    w.launch_queue_full.unwrap_or(0.0).clamp(0.0, python)
 }
 
 /// Moves the idle time a degraded PCIe link cost to communication: the time the main

@@ -4,11 +4,14 @@
 //! **Observed** (the main thread's stacks hold at least `stack_samples_min` samples):
 //!
 //! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
-//!    works while the thread waits for it (synchronizing); the rest of its busy time overlaps
-//!    first what keeps it fed (Python, which launches; collectives, which run kernels of their
-//!    own), then what launches nothing (a loader wait, a sleep elsewhere, the Python right
-//!    after a sync up to the time the sync held the thread while the GPU worked), each group
-//!    evenly: a GPU that keeps up drains its queue in those, so its idle time falls there first.
+//!    works while the thread waits for it (synchronizing, or held in a launch by a full
+//!    launch queue: the samples read that as the launching line's Python, the CUDA probes'
+//!    launch windows time it, and that share moves from Python to waiting); the rest of its
+//!    busy time overlaps first what keeps it fed (Python, which launches; collectives, which
+//!    run kernels of their own), then what launches nothing (a loader wait, a sleep elsewhere,
+//!    the Python right after a sync up to the time the sync held the thread while the GPU
+//!    worked), each group evenly: a GPU that keeps up drains its queue in those, so its idle
+//!    time falls there first.
 //! 2. Waiting for the loader → the loader side (3); in a collective → communication; running
 //!    Python → sync_stall for the part that follows a sync (the sync drained the queue), up to
 //!    the time the thread was held in syncs while the GPU worked (without them it would have
@@ -27,11 +30,14 @@
 //!
 //! **A device that reports no busy time** (a MIG slice: no utilization, no samples): observed
 //! stacks still split the window, from the busy time the loop itself shows, the share of the
-//! samples in which the thread waited for the GPU (a lower bound: the GPU works at least while
-//! the loop waits for it, so the idle time and its split are upper bounds), said in a reason;
+//! samples in which the thread waited for the GPU, in a sync or (timed by the CUDA probes) in a
+//! launch held for room in the launch queue (a lower bound: the GPU works at least while the
+//! loop waits for it, so the idle time and its split are upper bounds), said in a reason;
 //! or, where the CUDA probes timed the syncs and one found the GPU more than a step of the
 //! loop behind (it never ran dry since that span's work began), those spans whole
-//! (`backlog_busy`). Without stacks nothing is split.
+//! (`backlog_busy`), or where the launch windows in which the loop launched found the launch
+//! queue full, each such window up to its last held launch (`queue_busy`: a sample of the
+//! queue's state every few seconds, taken as the window's). Without stacks nothing is split.
 //!
 //! **Inferred** (no stacks, or too few samples): the idle time is split over the pipeline
 //! kinds in proportion to their counter rules' scores at or above the leave score, and is
@@ -54,7 +60,7 @@ pub use busy::main_work_share;
 use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::ProcessStacks;
-use crate::snapshot::{Activity, PerCause, Reason};
+use crate::snapshot::{PerCause, Reason};
 
 /// The split of one GPU's window; `None` while its busy fraction is unknown (and no stacks
 /// show it). `inferred` are the counter rules' scores, used where the stacks cannot decide.
@@ -63,12 +69,18 @@ pub fn lost_time(w: &WindowFigures, inferred: &[KindScore], t: &Thresholds) -> O
     let (busy, estimated) = match (w.busy, observed) {
         (Some(busy), _) => (busy, None),
         // The samples in which the loop waited give a lower bound; where a sync found the GPU
-        // more than a step behind, the span it worked through counts whole.
+        // more than a step behind, or a launch window the launch queue full, the span it
+        // worked through counts whole.
         (None, Some(stacks)) if w.up => {
-            let waited = stacks.share(Activity::GpuSync);
-            match w.backlog_busy.filter(|b| *b > waited) {
-                Some(backlog) => (backlog, Some(true)),
-                None => (waited, Some(false)),
+            let waited = idle::waited_for_gpu(w, stacks);
+            let behind = [w.backlog_busy, w.queue_busy]
+                .into_iter()
+                .flatten()
+                .fold(0.0, f64::max);
+            if behind > waited {
+                (behind, Some(true))
+            } else {
+                (waited, Some(false))
             }
         }
         (None, _) => return None,

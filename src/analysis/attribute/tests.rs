@@ -111,6 +111,65 @@ fn without_a_busy_fraction_the_stacks_split_from_the_loops_own_waits() {
 }
 
 #[test]
+fn a_launch_held_by_a_full_queue_is_time_the_gpu_worked_not_python() {
+    // A MIG slice, a loop that never syncs and launches faster than the GPU runs: its thread
+    // reads as its own Python in every sample, but the launch windows timed 85 % of its time
+    // in launches held for room in the queue. The GPU worked then: busy at least 0.85, and
+    // only the rest of the Python is the host's.
+    let queued = WindowFigures {
+        up: true,
+        busy: None,
+        stacks: stacks([0.0, 0.0, 0.0, 1.0, 0.0]),
+        busiest_thread: Some(1.0),
+        launch_queue_full: Some(0.85),
+        ..WindowFigures::default()
+    };
+    let lost = split(queued.clone());
+    assert!(close(lost.idle, 0.15), "{lost:?}");
+    assert!(
+        close(lost.share(Cause::Kind(Kind::HostBound)), 0.15),
+        "{lost:?}"
+    );
+    assert!(lost
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::LaunchQueueFull { share } if close(*share, 0.85))));
+    // Without the windows' timing the same samples read host-bound: nothing shows it busy.
+    let unseen = split(WindowFigures {
+        launch_queue_full: None,
+        ..queued.clone()
+    });
+    assert!(close(unseen.idle, 1.0), "{unseen:?}");
+    // Where a window found the queue full from its start to the end, the GPU worked
+    // throughout: busy 1, whatever the held launches' own share.
+    let full = split(WindowFigures {
+        queue_busy: Some(1.0),
+        ..queued.clone()
+    });
+    assert!(close(full.idle, 0.0), "{full:?}");
+    assert!(matches!(
+        full.reasons[0],
+        Reason::BusyFromSyncs { busy, backlog: true } if close(busy, 1.0)
+    ));
+    // Where the device reports its busy time, the held launches are where it worked: a GPU
+    // busy 0.6 idles in the Python that is left, the host's, none of it after a sync.
+    let lost = split(WindowFigures {
+        busy: Some(0.6),
+        stacks: stacks([0.0, 0.0, 0.0, 1.0, 0.0]),
+        launch_queue_full: Some(0.5),
+        ..queued
+    });
+    assert!(
+        close(lost.share(Cause::Kind(Kind::HostBound)), 0.4),
+        "{lost:?}"
+    );
+    assert!(
+        close(lost.share(Cause::Kind(Kind::SyncStall)), 0.0),
+        "{lost:?}"
+    );
+}
+
+#[test]
 fn copies_slowed_by_a_degraded_link_are_the_links_idle_time() {
     // The host waits in loss.item() behind each step's upload, which crawls across a
     // gen 2 x4 link: the copies took 0.25 of the time beyond a full link's.

@@ -198,6 +198,10 @@ impl Insn {
     pub const fn jne_imm(dst: u8, imm: i32, off: i16) -> Insn {
         insn(0x55, dst, 0, off, imm)
     }
+    /// `if dst < imm goto +off` (unsigned)
+    pub const fn jlt_imm(dst: u8, imm: i32, off: i16) -> Insn {
+        insn(0xa5, dst, 0, off, imm)
+    }
     pub const fn ja(off: i16) -> Insn {
         insn(0x05, 0, 0, off, 0)
     }
@@ -342,4 +346,15 @@ impl Attached {
             _program: program,
         })
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, which times the waits.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

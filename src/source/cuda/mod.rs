@@ -19,13 +19,16 @@
 //! copies and graph launches (a few per step) are probed always; kernel launches (tens of
 //! thousands a second) only in 20 ms windows about every 8 s (`launch_windows_every`), their
 //! count estimated, so a launch-heavy loop is slowed about 1 %. Counting is in kernel maps;
-//! only waits are timed.
+//! only waits are timed, and in the windows the launches that waited for room in the
+//! driver's launch queue (a GPU that far behind works while its loop's line reads Python).
 
 mod backlog;
 pub mod bpf;
 mod cadence;
 pub mod elf;
+mod issued;
 mod libraries;
+mod maps;
 mod probes;
 pub mod programs;
 mod readings;
@@ -39,17 +42,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::backlog::{backlog_busy, BACKLOG_WINDOW_NS};
-use self::bpf::{Attached, Map, Program, UprobePmu};
+use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
 use self::cadence::{per_step, Call, Steps};
+use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
+use self::maps::{per_process, read_map, Maps};
 use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
-use self::readings::{decode, Reading};
 pub use self::readings::{fold, launches_between};
+use self::readings::{QueueSeen, Reading};
 use self::ring::Ring;
 use self::windows::{start_launch_windows, LaunchWindows, Windowed};
 use super::{Source, SourceError};
-use crate::snapshot::{Collective, DriverView, ProcessCuda, Snapshot};
+use crate::snapshot::{Collective, DriverView, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports when the probes are refused.
 pub const CUDA_SIGNAL: &str = "cuda_probes";
@@ -57,15 +62,10 @@ pub const CUDA_SIGNAL: &str = "cuda_probes";
 /// Entries each map holds: (process, thread, probe) keys of the GPU processes.
 const MAP_ENTRIES: u32 = 16384;
 
-/// The maps the programs fill (programs.rs gives their layout).
-struct Maps {
-    counts: Map,
-    starts: Map,
-    waits: Map,
-    /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
-    /// the rest of the probes as before.
-    marks: Option<Ring>,
-}
+/// A kernel launch that took this long waited for room in the launch queue: an unqueued
+/// launch returns in microseconds (a few on bare metal, with the probes' traps some 30 on
+/// this project's VM), a full queue holds it until a kernel ends.
+const QUEUE_WAIT_MIN_NS: i32 = 100_000;
 
 /// Bytes of the marks' ring: 16384 marks of 32 bytes, several seconds of a collective-heavy
 /// node's calls (a full ring drops marks until the next read, which only thins the cadence).
@@ -130,7 +130,17 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             Some(Counted::Launch) => launches.push(Arc::new(Windowed {
                 path: path.to_path_buf(),
                 offset,
-                program: load(programs::count(maps.counts.fd(), number, Measured::Nothing))?,
+                count: load(programs::count(maps.counts.fd(), number, Measured::Nothing))?,
+                timing: [
+                    load(programs::wait_entry(maps.launch_starts.fd(), number, true))?,
+                    load(programs::wait_exit(
+                        maps.launch_starts.fd(),
+                        maps.waits.fd(),
+                        number,
+                        QUEUE_WAIT_MIN_NS,
+                        Some((maps.held_first.fd(), maps.held_last.fd())),
+                    ))?,
+                ],
             })),
             Some(counted) => {
                 let measured = match counted {
@@ -156,12 +166,14 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             attached.push(Attached::new(pmu, path, offset, false, mark)?);
         }
         if probe.wait.is_some() {
-            let entry = load(programs::wait_entry(maps.starts.fd(), number))?;
+            let entry = load(programs::wait_entry(maps.starts.fd(), number, false))?;
             attached.push(Attached::new(pmu, path, offset, false, entry)?);
             let exit = load(programs::wait_exit(
                 maps.starts.fd(),
                 maps.waits.fd(),
                 number,
+                0,
+                None,
             ))?;
             attached.push(Attached::new(pmu, path, offset, true, exit)?);
             // Its return marks too (when the queue drained: backlog.rs), on the same trap.
@@ -210,10 +222,12 @@ pub struct CudaSource {
     launch_windows: Arc<Mutex<LaunchWindows>>,
     /// How often a launch window opens, on average.
     launch_windows_every: Duration,
-    /// The launch counts, window seconds and time of the last read that followed a window;
-    /// the rates measured then; each process's launches, estimated.
-    launch_baseline: Option<(Reading, f64, Duration)>,
+    /// The launch counts, window seconds and time of the last read that followed a window; the
+    /// rates and each process's launch queue measured then; each process's launches,
+    /// estimated.
+    launch_baseline: Option<LaunchBaseline>,
     launch_rates: HashMap<(u32, u32), f64>,
+    queues: HashMap<u32, QueueSeen>,
     launches: HashMap<u32, f64>,
     /// Per process: its collective counts at the last read, and the last collective issued
     /// (seconds of the source's clock).
@@ -228,6 +242,9 @@ impl CudaSource {
             let maps = Maps {
                 counts: Map::hash(16, 16, MAP_ENTRIES)?,
                 starts: Map::hash(8, 16, MAP_ENTRIES)?,
+                launch_starts: Map::hash(8, 16, MAP_ENTRIES)?,
+                held_first: Map::hash(8, 8, MAP_ENTRIES)?,
+                held_last: Map::hash(8, 8, MAP_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
                 marks: Ring::new(MARKS_RING_BYTES)
                     .inspect_err(|e| {
@@ -252,6 +269,7 @@ impl CudaSource {
             launch_windows_every,
             launch_baseline: None,
             launch_rates: HashMap::new(),
+            queues: HashMap::new(),
             launches: HashMap::new(),
             collectives_seen: HashMap::new(),
             steps: Steps::default(),
@@ -266,28 +284,38 @@ impl CudaSource {
         })
     }
 
-    /// Once a launch window has passed since the last time: the launch rates it measured and
-    /// each process's launches since, estimated (the processes in `keep` only).
+    /// Once a launch window has passed since the last time: the launch rates it measured,
+    /// each process's launches since, estimated, and its launch queue as the window thread
+    /// read it (the processes in `keep` only).
     fn count_launches(&mut self, counts: &Reading, now: Duration, keep: &HashSet<u32>) {
-        let attached = self
-            .launch_windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .attached_seconds;
-        let Some((before, attached_before, at)) = &self.launch_baseline else {
+        let (attached, mut queues) = {
+            let windows = self
+                .launch_windows
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            (windows.attached_seconds, windows.queues.clone())
+        };
+        let Some(before) = &self.launch_baseline else {
             return;
         };
-        if attached <= *attached_before {
+        if attached <= before.attached {
             return;
         }
-        let seconds = now.saturating_sub(*at).as_secs_f64();
-        let (rates, added) = launches_between(counts, before, attached - attached_before, seconds);
+        let seconds = now.saturating_sub(before.at).as_secs_f64();
+        let (rates, added) =
+            launches_between(counts, &before.counts, attached - before.attached, seconds);
         self.launch_rates = rates;
+        queues.retain(|pid, _| keep.contains(pid));
+        self.queues = queues;
         for (pid, launches) in added {
             *self.launches.entry(pid).or_insert(0.0) += launches;
         }
         self.launches.retain(|pid, _| keep.contains(pid));
-        self.launch_baseline = Some((counts.clone(), attached, now));
+        self.launch_baseline = Some(LaunchBaseline {
+            counts: counts.clone(),
+            attached,
+            at: now,
+        });
     }
 
     /// Attaches the driver files the GPU processes map that are not attached yet, and lets
@@ -361,95 +389,11 @@ impl CudaSource {
     }
 }
 
-/// Per process, how long its thread longest inside a driver wait has been in it (seconds);
-/// entries of processes not in `keep` are deleted.
-fn waiting_now(starts: &Map, keep: &HashSet<u32>) -> HashMap<u32, f64> {
-    let now = monotonic_ns();
-    let mut waiting: HashMap<u32, f64> = HashMap::new();
-    for (key, value) in starts.entries() {
-        let word = |bytes: &[u8], i: usize| {
-            Some(u64::from_ne_bytes(bytes.get(i..i + 8)?.try_into().ok()?))
-        };
-        let (Some(pid_tgid), Some(start)) = (word(&key, 0), word(&value, 0)) else {
-            continue;
-        };
-        let pid = (pid_tgid >> 32) as u32;
-        if !keep.contains(&pid) {
-            starts.delete(&key);
-            continue;
-        }
-        let seconds = now.saturating_sub(start) as f64 / 1e9;
-        let longest = waiting.entry(pid).or_insert(seconds);
-        *longest = longest.max(seconds);
-    }
-    waiting
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`, which times the waits.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// The last collective `process` issued and how long ago, from its counts: `seen` keeps per
-/// process the counts and time of the last read, and the last collective that grew with the
-/// time of the read before it grew (it was issued after that read: "how long ago" is at most
-/// one read too long, so that a wait begun just after it, in the same interval, is tied to
-/// it).
-fn last_collective(
-    seen: &mut HashMap<u32, CollectivesSeen>,
-    process: &ProcessCuda,
-    now: f64,
-) -> Option<(Collective, f64)> {
-    let counts = process.totals.collectives;
-    let (before, read_at, last) = seen.entry(process.pid).or_insert((counts, now, None));
-    // The operation that grew the most since the last read (issued last, as far as a read a
-    // second tells); on the first read, the most issued.
-    let grown = Collective::ALL
-        .into_iter()
-        .map(|op| (op, counts[op as usize].saturating_sub(before[op as usize])))
-        .filter(|(_, n)| *n > 0)
-        .max_by_key(|(_, n)| *n);
-    if let Some((op, _)) = grown {
-        *last = Some((op, *read_at));
-    } else if last.is_none() {
-        let most = Collective::ALL
-            .into_iter()
-            .max_by_key(|op| counts[*op as usize]);
-        *last = most
-            .filter(|op| counts[*op as usize] > 0)
-            .map(|op| (op, now));
-    }
-    *before = counts;
-    *read_at = now;
-    last.map(|(op, at)| (op, now - at))
-}
-
-/// A process's collective counts and the time of the last read, and the last collective it
-/// issued with the time of the read before it.
-type CollectivesSeen = ([u64; Collective::ALL.len()], f64, Option<(Collective, f64)>);
-
-/// Every entry of a map, decoded (a collective's entries per datatype added up); entries of
-/// processes not in `keep` are deleted.
-fn read_map(map: &Map, keep: &HashSet<u32>) -> Reading {
-    let mut reading = Reading::new();
-    for (key, value) in map.entries() {
-        let Some((k, (hits, measured))) = decode(&key, &value) else {
-            continue;
-        };
-        if keep.contains(&k.0) {
-            let entry = reading.entry(k).or_default();
-            *entry = (entry.0 + hits, entry.1 + measured);
-        } else {
-            map.delete(&key);
-        }
-    }
-    reading
+/// What the launch rates of the next window are measured against.
+struct LaunchBaseline {
+    counts: Reading,
+    attached: f64,
+    at: Duration,
 }
 
 impl Source for CudaSource {
@@ -473,13 +417,24 @@ impl Source for CudaSource {
         let pids = snapshot.gpu_pids();
         self.track_libraries(pmu, &maps, &pids);
         if self.launch_baseline.is_none() {
-            start_launch_windows(pmu, &self.launch_windows, self.launch_windows_every);
-            self.launch_baseline = Some((Reading::new(), 0.0, now));
+            start_launch_windows(
+                pmu,
+                &self.launch_windows,
+                self.launch_windows_every,
+                maps.clone(),
+            );
+            self.launch_baseline = Some(LaunchBaseline {
+                counts: Reading::new(),
+                attached: 0.0,
+                at: now,
+            });
         }
         let keep: HashSet<u32> = pids.iter().copied().collect();
-        let counts = read_map(&maps.counts, &keep);
-        let waits = read_map(&maps.waits, &keep);
-        let waiting = waiting_now(&maps.starts, &keep);
+        let counts = read_map(&maps.counts, Some(&keep));
+        let waits = read_map(&maps.waits, Some(&keep));
+        let waits_began = per_process(&maps.starts, Some(&keep), u64::min);
+        // A launch open when its window closed stays in the map: those of exited processes go.
+        per_process(&maps.launch_starts, Some(&keep), u64::min);
         self.count_launches(&counts, now, &keep);
         let before = self
             .previous
@@ -522,7 +477,12 @@ impl Source for CudaSource {
             process.transfers_per_step = process
                 .step
                 .and_then(|s| per_step(recent, s.seconds, |c| is_transfer(c.kind)));
-            process.waiting_seconds = waiting.get(&process.pid).copied();
+            process.waiting_seconds = waits_began
+                .get(&process.pid)
+                .map(|began| now_ns.saturating_sub(*began) as f64 / 1e9);
+            let queue = self.queues.get(&process.pid);
+            process.launch_queue_full = queue.map(|q| q.held);
+            process.queue_busy = queue.and_then(|q| q.busy);
             process.last_collective =
                 last_collective(&mut self.collectives_seen, process, now.as_secs_f64());
         }
@@ -539,45 +499,5 @@ impl Source for CudaSource {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_last_collective_is_the_one_that_grew_and_it_ages_while_none_does() {
-        let mut seen = HashMap::new();
-        let mut process = ProcessCuda {
-            pid: 7,
-            ..ProcessCuda::default()
-        };
-        // Nothing issued yet: none.
-        assert_eq!(last_collective(&mut seen, &process, 10.0), None);
-        // Four all-reduces and one all-gather since: the all-reduce, issued after the read
-        // before (at most a read ago).
-        process.totals.collectives = [4, 0, 1, 0, 0, 0, 0];
-        assert_eq!(
-            last_collective(&mut seen, &process, 11.0),
-            Some((Collective::AllReduce, 1.0))
-        );
-        // Then only an all-gather; then nothing for 30 s (a hang): it ages.
-        process.totals.collectives = [4, 0, 2, 0, 0, 0, 0];
-        assert_eq!(
-            last_collective(&mut seen, &process, 12.0),
-            Some((Collective::AllGather, 1.0))
-        );
-        assert_eq!(
-            last_collective(&mut seen, &process, 42.0),
-            Some((Collective::AllGather, 31.0))
-        );
-        // First seen with collectives already counted: the most issued, as of that read.
-        let mut fresh = HashMap::new();
-        process.totals.collectives = [9, 0, 2, 0, 0, 0, 0];
-        assert_eq!(
-            last_collective(&mut fresh, &process, 5.0),
-            Some((Collective::AllReduce, 0.0))
-        );
     }
 }

@@ -9,7 +9,13 @@
 //! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
 //!   wait (the outermost one is timed);
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
-//!   `waits[pid, tid, probe]` and closes it.
+//!   `waits[pid, tid, probe]` (where it lasted at least the program's minimum) and closes it.
+//!
+//! A kernel launch, timed only in the launch windows, uses a `starts` map of its own whose
+//! entries a new launch overwrites (a launch in progress when a window closes never returns
+//! through its probe), and counts only launches that lasted long enough to have waited for
+//! room in the launch queue, noting when a thread's first of them began and its last returned
+//! (`held_first`, `held_last`, keyed by `pid_tgid`; cleared after each window).
 //!
 //! - **mark** (on entry): writes (pid, tid, now, probe) to the `marks` ring buffer: when a
 //!   process synced, copied or issued a collective, for the loop's cadence.
@@ -20,7 +26,7 @@
 
 use super::bpf::R8;
 use super::bpf::{Insn, GET_CURRENT_PID_TGID, KTIME_GET_NS, MAP_DELETE_ELEM, RINGBUF_OUTPUT};
-use super::bpf::{MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
+use super::bpf::{ANY, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, NOEXIST, R0, R1, R10, R2, R3, R4, R6, R7};
 
 /// Offsets of the second, third and fourth argument registers in x86-64's `struct pt_regs`
 /// (%rsi, %rdx, %rcx).
@@ -122,8 +128,9 @@ pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
     code
 }
 
-/// The entry program of a timed wait.
-pub fn wait_entry(starts: i32, probe: u32) -> Vec<Insn> {
+/// The entry program of a timed wait; `overwrite`: a thread's open entry is replaced, not
+/// kept.
+pub fn wait_entry(starts: i32, probe: u32, overwrite: bool) -> Vec<Insn> {
     let mut code = vec![
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::store64(R10, -8, R0),
@@ -134,7 +141,7 @@ pub fn wait_entry(starts: i32, probe: u32) -> Vec<Insn> {
     code.extend(Insn::load_map(R1, starts));
     code.extend(stack_pointer(R2, -8));
     code.extend(stack_pointer(R3, -24));
-    code.push(Insn::mov_imm(R4, NOEXIST));
+    code.push(Insn::mov_imm(R4, if overwrite { ANY } else { NOEXIST }));
     code.push(Insn::call(MAP_UPDATE_ELEM));
     code.extend(finish());
     code
@@ -172,8 +179,16 @@ pub fn decode_mark(record: &[u8]) -> Option<(u32, u32, u64, usize)> {
     Some((u32_at(0)?, u32_at(4)?, ns, u32_at(16)? as usize))
 }
 
-/// The return program of a timed wait.
-pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
+/// The return program of a timed wait, adding only waits of at least `min_ns`; for those,
+/// where maps `held = (first, last)` are given, noting when the thread's first one began
+/// (`first[pid_tgid]`, kept once written) and its last one returned (`last[pid_tgid]`).
+pub fn wait_exit(
+    starts: i32,
+    waits: i32,
+    probe: u32,
+    min_ns: i32,
+    held: Option<(i32, i32)>,
+) -> Vec<Insn> {
     let mut head = vec![
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::mov(R6, R0),
@@ -183,10 +198,7 @@ pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
     head.extend(stack_pointer(R2, -8));
     head.push(Insn::call(MAP_LOOKUP_ELEM));
 
-    let mut close = vec![
-        Insn::call(KTIME_GET_NS),
-        Insn::sub(R0, R7),
-        Insn::mov(R7, R0),
+    let mut record = vec![
         Insn::mov(R1, R6),
         Insn::rsh_imm(R1, 32),
         Insn::store32(R10, -32, R1),
@@ -194,9 +206,9 @@ pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
         Insn::store32_imm(R10, -24, probe as i32),
         Insn::store32_imm(R10, -20, 0),
     ];
-    close.extend(Insn::load_map(R1, waits));
-    close.extend(stack_pointer(R2, -32));
-    close.push(Insn::call(MAP_LOOKUP_ELEM));
+    record.extend(Insn::load_map(R1, waits));
+    record.extend(stack_pointer(R2, -32));
+    record.push(Insn::call(MAP_LOOKUP_ELEM));
     let mut insert = vec![Insn::store64_imm(R10, -48, 1), Insn::store64(R10, -40, R7)];
     insert.extend(Insn::load_map(R1, waits));
     insert.extend(stack_pointer(R2, -32));
@@ -209,9 +221,34 @@ pub fn wait_exit(starts: i32, waits: i32, probe: u32) -> Vec<Insn> {
         Insn::atomic_add64(R0, 8, R7),
         Insn::ja(insert.len() as i16),
     ];
-    close.push(jeq_zero_over(&add));
-    close.extend(add);
-    close.extend(insert);
+    record.push(jeq_zero_over(&add));
+    record.extend(add);
+    record.extend(insert);
+    if let Some((first, last)) = held {
+        record.push(Insn::call(KTIME_GET_NS));
+        record.push(Insn::store64(R10, -56, R0));
+        record.extend(Insn::load_map(R1, last));
+        record.extend(stack_pointer(R2, -8));
+        record.extend(stack_pointer(R3, -56));
+        record.push(Insn::mov_imm(R4, ANY));
+        record.push(Insn::call(MAP_UPDATE_ELEM));
+        // Its start: the return less the duration (r7 survives the calls).
+        record.push(Insn::load64(R1, R10, -56));
+        record.push(Insn::sub(R1, R7));
+        record.push(Insn::store64(R10, -56, R1));
+        record.extend(Insn::load_map(R1, first));
+        record.extend(stack_pointer(R2, -8));
+        record.extend(stack_pointer(R3, -56));
+        record.push(Insn::mov_imm(R4, NOEXIST));
+        record.push(Insn::call(MAP_UPDATE_ELEM));
+    }
+    let mut close = vec![
+        Insn::call(KTIME_GET_NS),
+        Insn::sub(R0, R7),
+        Insn::mov(R7, R0),
+        Insn::jlt_imm(R7, min_ns, record.len() as i16),
+    ];
+    close.extend(record);
     let mut delete = Insn::load_map(R1, starts).to_vec();
     delete.extend(stack_pointer(R2, -8));
     delete.push(Insn::call(MAP_DELETE_ELEM));
@@ -257,8 +294,10 @@ mod tests {
         well_formed(&count(3, 1, Measured::Third));
         well_formed(&count(3, 1, Measured::ThirdByFourth));
         well_formed(&count(3, 1, Measured::SecondByThird));
-        well_formed(&wait_entry(4, 7));
-        well_formed(&wait_exit(4, 5, 7));
+        well_formed(&wait_entry(4, 7, false));
+        well_formed(&wait_entry(4, 7, true));
+        well_formed(&wait_exit(4, 5, 7, 0, None));
+        well_formed(&wait_exit(4, 5, 7, 100_000, Some((6, 8))));
         well_formed(&mark(6, 7));
     }
 }

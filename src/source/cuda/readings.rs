@@ -65,6 +65,93 @@ pub fn launches_between(
     (rates, estimated)
 }
 
+/// Kernels the driver's launch queue holds (the stub's `QUEUE_DEPTH`; "about a thousand" on
+/// real drivers).
+const QUEUE_DEPTH: u64 = 1024;
+
+/// What a launch window saw of a process's launch queue: the share of the time its threads
+/// were held in launches for room, and the share of the window its GPU worked as the queue
+/// shows it (`None`: it launched nothing in the window, which then says nothing).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueSeen {
+    pub held: f64,
+    pub busy: Option<f64>,
+}
+
+/// Per process whose launches a launch window saw (`window`: the span with every probe
+/// attached, ns; `now` against `before`, the counts and waits maps: only windows count
+/// launches and time them), from its held launches (`held`: the first one's start and the
+/// last one's return, ns). Held: their time over the span they were seen in, at least the
+/// window. Busy: the queue was full at the last held launch's return; where fewer kernels
+/// were launched in the window than it holds, it never emptied since the window's start (it
+/// held more than were launched since), so the GPU worked from the window's start to that
+/// return (observed), and after it for as long as the thousand kernels queued take at the
+/// pace the window saw kernels complete, no faster than the process launched them between
+/// its first and last held launch, and one per held launch's mean wait (inferred); with more
+/// launches, at least while the threads were held. A window in which the process launched and was never held shows none of that
+/// (0). Pure.
+pub fn queue_in_window(
+    now: (&Reading, &Reading),
+    before: (&Reading, &Reading),
+    window: (u64, u64),
+    held: &HashMap<u32, (u64, u64)>,
+) -> HashMap<u32, QueueSeen> {
+    let (start, end) = window;
+    let length = end.saturating_sub(start).max(1) as f64;
+    // Per process: kernels launched (the counts' hits), launches held and their time (the
+    // waits' hits and nanoseconds).
+    let mut launched: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    for (&(pid, tid, probe), &(hits, _)) in now.0.iter().filter(|(k, _)| is_launch(k.2)) {
+        let old = before.0.get(&(pid, tid, probe)).map_or(0, |v| v.0);
+        launched.entry(pid).or_default().0 += hits.saturating_sub(old);
+    }
+    for (&(pid, tid, probe), &(hits, nanos)) in now.1.iter().filter(|(k, _)| is_launch(k.2)) {
+        let old = before
+            .1
+            .get(&(pid, tid, probe))
+            .copied()
+            .unwrap_or_default();
+        let entry = launched.entry(pid).or_default();
+        entry.1 += hits.saturating_sub(old.0);
+        entry.2 += nanos.saturating_sub(old.1);
+    }
+    launched
+        .into_iter()
+        .map(|(pid, (launches, held_launches, held_ns))| {
+            let (held_share, busy) = match held.get(&pid) {
+                Some(&(first, last)) => {
+                    let span = last.saturating_sub(first) as f64;
+                    let held_share = (held_ns as f64 / span.max(length)).min(1.0);
+                    // Seen from the window's start to the last return, or its end if later; the
+                    // queue, full at the last return, empties no sooner than its kernels
+                    // complete at the pace the window saw: no faster than its launches, and
+                    // one a held launch's mean wait while held.
+                    let seen_until = last.max(end);
+                    let pace = (span / launches.max(1) as f64)
+                        .max(held_ns as f64 / held_launches.max(1) as f64);
+                    let drained = last.saturating_add((pace * QUEUE_DEPTH as f64) as u64);
+                    let behind = drained.min(seen_until).saturating_sub(start) as f64
+                        / seen_until.saturating_sub(start).max(1) as f64;
+                    let busy = if launches < QUEUE_DEPTH {
+                        behind.max(held_share)
+                    } else {
+                        held_share
+                    };
+                    (held_share, Some(busy))
+                }
+                None => (0.0, (launches > 0).then_some(0.0)),
+            };
+            (
+                pid,
+                QueueSeen {
+                    held: held_share,
+                    busy,
+                },
+            )
+        })
+        .collect()
+}
+
 /// Folds one read of the maps into per-process totals (launches as `launches` estimates
 /// them), and, against the previous read `seconds` before, the threads that used the driver
 /// in between (kernel launches at the rates `launch_rates` last measured) and the bytes each
@@ -193,13 +280,13 @@ mod tests {
         let to_host = number("cuMemcpyDtoHAsync_v2");
         let stream = number("cuStreamSynchronize");
         let before_counts = Reading::from([((7, 7, launch), (1000, 0)), ((7, 9, launch), (50, 0))]);
-        let before_waits = Reading::from([((7, 7, stream), (10, 2_000_000_000))]);
         let counts = Reading::from([
             ((7, 7, launch), (1040, 0)),
             ((7, 9, launch), (50, 0)),
             ((7, 9, graph), (4, 0)),
             ((7, 7, to_host), (20, 80)),
         ]);
+        let before_waits = Reading::from([((7, 7, stream), (10, 2_000_000_000))]);
         let waits = Reading::from([
             ((7, 7, stream), (30, 3_000_000_000)),
             ((7, 7, to_host), (20, 500_000_000)),
@@ -243,6 +330,65 @@ mod tests {
         assert!(fold(&counts, &waits, None, &none, &HashMap::new())
             .iter()
             .all(|p| p.threads.is_empty() && p.copy_bytes_per_second.is_none()));
+    }
+
+    #[test]
+    fn a_queue_found_full_shows_the_gpu_busy_since_the_windows_start() {
+        let launch = number("cuLaunchKernel");
+        let ms = |t: u64| 1_000_000_000 + t * 1_000_000;
+        let counts = Reading::from([
+            ((7, 7, launch), (100, 0)),
+            ((8, 8, launch), (50, 0)),
+            ((10, 10, launch), (5, 0)),
+        ]);
+        let waits = Reading::from([((7, 7, launch), (2, 4_000_000))]);
+        // A window attached from t = 0 to 60 ms (times in ms): process 7 launched 40 kernels
+        // and was held 36 ms of them, its held launches from 10 ms (the first's start) to 70 ms
+        // (the last's return, past the window: it detaches later); process 8 launched 1,500
+        // (more than the queue holds: it may have emptied and refilled), held from 20 to 50;
+        // process 9 launched 10, none held; process 10 launched nothing.
+        let now_counts = Reading::from([
+            ((7, 7, launch), (140, 0)),
+            ((8, 8, launch), (1550, 0)),
+            ((9, 9, launch), (10, 0)),
+            ((10, 10, launch), (5, 0)),
+            ((11, 11, launch), (1000, 0)),
+        ]);
+        let now_waits = Reading::from([
+            ((7, 7, launch), (20, 40_000_000)),
+            ((8, 8, launch), (30, 30_000_000)),
+        ]);
+        let held = HashMap::from([
+            (7, (ms(10), ms(70))),
+            (8, (ms(20), ms(50))),
+            (11, (ms(2), ms(5))),
+        ]);
+        let seen = queue_in_window(
+            (&now_counts, &now_waits),
+            (&counts, &waits),
+            (ms(0), ms(60)),
+            &held,
+        );
+        // 7: held 36 ms of the 60 it was seen in; busy from the window's start to its last
+        // held return: the whole 70 ms seen.
+        assert!((seen[&7].held - 0.6).abs() < 1e-9, "{:?}", seen[&7]);
+        assert_eq!(seen[&7].busy, Some(1.0));
+        // 8: held half the window: busy at least that, not shown throughout.
+        assert!((seen[&8].held - 0.5).abs() < 1e-9);
+        assert_eq!(seen[&8].busy, Some(seen[&8].held));
+        // 9: launched with room each time; 10: nothing to tell.
+        assert_eq!(
+            seen[&9],
+            QueueSeen {
+                held: 0.0,
+                busy: Some(0.0)
+            }
+        );
+        assert_eq!(seen[&10].busy, None);
+        // 11: held from 2 to 5 ms, a thousand launches in the window: kernels completing every
+        // 3 µs or faster, the full queue drains in 3 ms: busy until 8 ms of the 60.
+        let busy = seen[&11].busy.unwrap();
+        assert!((busy - 8.072 / 60.0).abs() < 1e-3, "{busy}");
     }
 
     fn key(words: [u32; 4]) -> Vec<u8> {

@@ -1,10 +1,13 @@
 //! The launch windows: kernel launches are probed only 20 ms about every few seconds.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::bpf::{Attached, Program, UprobePmu};
+use super::bpf::{monotonic_ns, Attached, Program, UprobePmu};
+use super::maps::{per_process, read_map, Maps};
+use super::readings::{queue_in_window, QueueSeen};
 
 /// A launch entry point, attached only for short windows: its trap (about 13 µs a call on this
 /// project's VM, measured by bench/probe_cost.py) would cost a loop launching tens of thousands of kernels a
@@ -12,8 +15,19 @@ use super::bpf::{Attached, Program, UprobePmu};
 pub struct Windowed {
     pub path: PathBuf,
     pub offset: u64,
-    pub program: Arc<Program>,
+    /// Counts each launch, in every window.
+    pub count: Arc<Program>,
+    /// Times each launch, in one window of [`TIMED_EVERY`]: its start noted on entry, and on
+    /// return whether it waited for room in the launch queue.
+    pub timing: [Arc<Program>; 2],
 }
+
+/// One launch window in this many also times the launches. Timing triples the events a
+/// window attaches and detaches (each detach waits out the kernel's uprobe bookkeeping), and
+/// the launch queue's state lasts for seconds: a window of three (about every 24 s at the
+/// default period, within the analysis window; the second window first) reads it, and the
+/// job pays the dearer window a third as often.
+const TIMED_EVERY: u64 = 3;
 
 /// How long each launch window lasts. A launch traps from the moment its probe is attached
 /// until the kernel has taken the breakpoint out again, which it does only tens of
@@ -25,21 +39,31 @@ pub struct Windowed {
 const LAUNCH_WINDOW: Duration = Duration::from_millis(20);
 
 /// The launch windows: which entry points to attach, and for how long they have been attached
-/// in all (seconds), shared by the source and its window thread.
+/// in all (seconds, from the last attach to the first detach), shared by the source and its
+/// window thread.
 #[derive(Default)]
 pub struct LaunchWindows {
     pub targets: Vec<Arc<Windowed>>,
     pub attached_seconds: f64,
+    /// Per process whose launches the last window saw, its launch queue then.
+    pub queues: HashMap<u32, QueueSeen>,
 }
 
 /// Opens a launch window about every `every` (at a random phase, so that windows do not beat
 /// with a training step), until the source is dropped.
-pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>, every: Duration) {
+pub fn start_launch_windows(
+    pmu: UprobePmu,
+    windows: &Arc<Mutex<LaunchWindows>>,
+    every: Duration,
+    maps: Arc<Maps>,
+) {
     let windows = Arc::downgrade(windows);
     let spawned = std::thread::Builder::new()
         .name("cuda-launches".into())
         .spawn(move || {
             let mut state = std::process::id() as u64 | 1;
+            // Windows opened so far (with a launch entry point to attach).
+            let mut opened: u64 = 0;
             loop {
                 state ^= state << 13;
                 state ^= state >> 7;
@@ -54,23 +78,76 @@ pub fn start_launch_windows(pmu: UprobePmu, windows: &Arc<Mutex<LaunchWindows>>,
                     .unwrap_or_else(|p| p.into_inner())
                     .targets
                     .clone();
-                let events: Vec<Attached> = targets
-                    .iter()
-                    .filter_map(|t| {
-                        Attached::new(pmu, &t.path, t.offset, false, t.program.clone()).ok()
-                    })
-                    .collect();
-                if events.is_empty() {
+                // The second window is the first timed: the first counts the launches soon,
+                // the second reads the queue some 16 s after a start at the default period.
+                let timed = opened % TIMED_EVERY == 1;
+                let attach = |pick: &dyn Fn(&Windowed) -> Vec<&Arc<Program>>, returns: bool| {
+                    targets
+                        .iter()
+                        .flat_map(|t| {
+                            pick(t).into_iter().filter_map(|program| {
+                                Attached::new(pmu, &t.path, t.offset, returns, program.clone()).ok()
+                            })
+                        })
+                        .collect::<Vec<Attached>>()
+                };
+                if !timed {
+                    let counting = attach(&|t| vec![&t.count], false);
+                    if counting.is_empty() {
+                        continue;
+                    }
+                    opened += 1;
+                    let began = std::time::Instant::now();
+                    std::thread::sleep(LAUNCH_WINDOW);
+                    let seconds = began.elapsed().as_secs_f64();
+                    drop(counting);
+                    windows
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .attached_seconds += seconds;
                     continue;
                 }
-                let opened = std::time::Instant::now();
+                // What the window adds to the counts and waits, and its held launches alone.
+                let before = (read_map(&maps.counts, None), read_map(&maps.waits, None));
+                for map in [&maps.held_first, &maps.held_last] {
+                    for (key, _) in map.entries() {
+                        map.delete(&key);
+                    }
+                }
+                // The entries' programs first and the returns' last: a launch whose return is
+                // timed was counted, and its start noted.
+                let entries = attach(&|t| vec![&t.count, &t.timing[0]], false);
+                if entries.is_empty() {
+                    continue;
+                }
+                opened += 1;
+                let returns = attach(&|t| vec![&t.timing[1]], true);
+                let (began, began_ns) = (std::time::Instant::now(), monotonic_ns());
                 std::thread::sleep(LAUNCH_WINDOW);
-                let seconds = opened.elapsed().as_secs_f64();
-                drop(events);
-                windows
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .attached_seconds += seconds;
+                let (seconds, ended_ns) = (began.elapsed().as_secs_f64(), monotonic_ns());
+                // Each detach waits out the kernel's uprobe bookkeeping (tens of ms), the
+                // launches trapping meanwhile: the two sets at once. A return whose entry was
+                // already detached finds no start (the last return deleted it) and adds nothing.
+                std::thread::scope(|scope| {
+                    scope.spawn(|| drop(returns));
+                    drop(entries);
+                });
+                let after = (read_map(&maps.counts, None), read_map(&maps.waits, None));
+                let first = per_process(&maps.held_first, None, u64::min);
+                let last = per_process(&maps.held_last, None, u64::max);
+                let held = first
+                    .into_iter()
+                    .filter_map(|(pid, began)| Some((pid, (began, *last.get(&pid)?))))
+                    .collect();
+                let queues = queue_in_window(
+                    (&after.0, &after.1),
+                    (&before.0, &before.1),
+                    (began_ns, ended_ns),
+                    &held,
+                );
+                let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
+                windows.attached_seconds += seconds;
+                windows.queues = queues;
             }
         });
     if let Err(error) = spawned {

@@ -1,0 +1,65 @@
+//! The maps the probes' programs fill, and their reading.
+
+use std::collections::{HashMap, HashSet};
+
+use super::bpf::Map;
+use super::readings::{decode, Reading};
+use super::ring::Ring;
+
+/// The maps the programs fill (programs.rs gives their layout).
+pub struct Maps {
+    pub counts: Map,
+    pub starts: Map,
+    /// The launches' open entries, apart from the waits' (programs.rs), and when each thread's
+    /// first launch held for room in the queue began and its last returned, in this window.
+    pub launch_starts: Map,
+    pub held_first: Map,
+    pub held_last: Map,
+    pub waits: Map,
+    /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
+    /// the rest of the probes as before.
+    pub marks: Option<Ring>,
+}
+
+/// Per process, of the times (ns) its threads have in a map keyed by `pid_tgid` whose values
+/// start with one (a wait's start, a held launch's return), the one `pick` keeps (`u64::min`,
+/// `u64::max`); entries of processes not in `keep` (where given) are deleted.
+pub fn per_process(
+    map: &Map,
+    keep: Option<&HashSet<u32>>,
+    pick: fn(u64, u64) -> u64,
+) -> HashMap<u32, u64> {
+    let mut picked: HashMap<u32, u64> = HashMap::new();
+    for (key, value) in map.entries() {
+        let word = |bytes: &[u8]| Some(u64::from_ne_bytes(bytes.get(0..8)?.try_into().ok()?));
+        let (Some(pid_tgid), Some(ns)) = (word(&key), word(&value)) else {
+            continue;
+        };
+        let pid = (pid_tgid >> 32) as u32;
+        if keep.is_some_and(|keep| !keep.contains(&pid)) {
+            map.delete(&key);
+            continue;
+        }
+        let entry = picked.entry(pid).or_insert(ns);
+        *entry = pick(*entry, ns);
+    }
+    picked
+}
+
+/// Every entry of a map, decoded (a collective's entries per datatype added up); entries of
+/// processes not in `keep` (where given) are deleted.
+pub fn read_map(map: &Map, keep: Option<&HashSet<u32>>) -> Reading {
+    let mut reading = Reading::new();
+    for (key, value) in map.entries() {
+        let Some((k, (hits, measured))) = decode(&key, &value) else {
+            continue;
+        };
+        if keep.is_none_or(|keep| keep.contains(&k.0)) {
+            let entry = reading.entry(k).or_default();
+            *entry = (entry.0 + hits, entry.1 + measured);
+        } else {
+            map.delete(&key);
+        }
+    }
+    reading
+}

@@ -88,8 +88,10 @@ pub struct QueueSeen {
 /// return (observed), and after it for as long as the thousand kernels queued take at the
 /// pace the window saw kernels complete, no faster than the process launched them between
 /// its first and last held launch, and one per held launch's mean wait (inferred); with more
-/// launches, at least while the threads were held. A window in which the process launched and was never held shows none of that
-/// (0). Pure.
+/// launches, at least while the threads were held. A full queue holds launch after launch
+/// (each waits for a kernel to end); a thread descheduled in a launch now and then on a busy
+/// host is not held by it: unless at least half its launches in the window were held (two at
+/// least), the window shows none of that (0), as one in which it was never held. Pure.
 pub fn queue_in_window(
     now: (&Reading, &Reading),
     before: (&Reading, &Reading),
@@ -118,7 +120,8 @@ pub fn queue_in_window(
     launched
         .into_iter()
         .map(|(pid, (launches, held_launches, held_ns))| {
-            let (held_share, busy) = match held.get(&pid) {
+            let queue_full = held_launches >= 2 && 2 * held_launches >= launches;
+            let (held_share, busy) = match held.get(&pid).filter(|_| queue_full) {
                 Some(&(first, last)) => {
                     let span = last.saturating_sub(first) as f64;
                     let held_share = (held_ns as f64 / span.max(length)).min(1.0);
@@ -341,27 +344,32 @@ mod tests {
             ((8, 8, launch), (50, 0)),
             ((10, 10, launch), (5, 0)),
         ]);
-        let waits = Reading::from([((7, 7, launch), (2, 4_000_000))]);
+        let waits = Reading::from([((7, 7, launch), (0, 4_000_000))]);
         // A window attached from t = 0 to 60 ms (times in ms): process 7 launched 40 kernels
-        // and was held 36 ms of them, its held launches from 10 ms (the first's start) to 70 ms
-        // (the last's return, past the window: it detaches later); process 8 launched 1,500
-        // (more than the queue holds: it may have emptied and refilled), held from 20 to 50;
-        // process 9 launched 10, none held; process 10 launched nothing.
+        // and was held in 20 of them 36 ms, its held launches from 10 ms (the first's start) to
+        // 70 ms (the last's return, past the window: it detaches later); process 8 launched
+        // 1,500 (more than the queue holds: it may have emptied and refilled), 1,000 of them
+        // held, from 20 to 50; process 9 launched 10, none held; process 10 launched nothing;
+        // process 12 launched 100, two of them descheduled over 100 µs on a busy host.
         let now_counts = Reading::from([
             ((7, 7, launch), (140, 0)),
             ((8, 8, launch), (1550, 0)),
             ((9, 9, launch), (10, 0)),
             ((10, 10, launch), (5, 0)),
             ((11, 11, launch), (1000, 0)),
+            ((12, 12, launch), (100, 0)),
         ]);
         let now_waits = Reading::from([
             ((7, 7, launch), (20, 40_000_000)),
-            ((8, 8, launch), (30, 30_000_000)),
+            ((8, 8, launch), (1000, 30_000_000)),
+            ((11, 11, launch), (600, 1_800_000)),
+            ((12, 12, launch), (2, 400_000)),
         ]);
         let held = HashMap::from([
             (7, (ms(10), ms(70))),
             (8, (ms(20), ms(50))),
             (11, (ms(2), ms(5))),
+            (12, (ms(30), ms(58))),
         ]);
         let seen = queue_in_window(
             (&now_counts, &now_waits),
@@ -389,6 +397,14 @@ mod tests {
         // 3 µs or faster, the full queue drains in 3 ms: busy until 8 ms of the 60.
         let busy = seen[&11].busy.unwrap();
         assert!((busy - 8.072 / 60.0).abs() < 1e-3, "{busy}");
+        // 12: two launches held of a hundred is no full queue.
+        assert_eq!(
+            seen[&12],
+            QueueSeen {
+                held: 0.0,
+                busy: Some(0.0)
+            }
+        );
     }
 
     fn key(words: [u32; 4]) -> Vec<u8> {

@@ -197,8 +197,9 @@ pub struct CudaConfig {
     /// this often (at a random phase), since a probe on every launch would slow a
     /// launch-heavy loop several times over. Each window slows the job's launches while the
     /// probes are attached, 60-80 ms with the kernel's attaching and detaching (measured on
-    /// the development VM, bench/probe_cost.py): 8 s keeps a launch-bound loop under 1 %
-    /// slower. Shorter finds the threads that drive the GPU sooner; under 1 s is refused
+    /// the development VM, bench/probe_cost.py): at 8 s a launch-bound loop spends 1-2 % of
+    /// its time in them, about a point more with one window in three also timing the
+    /// launches (the launch queue's reading). Shorter finds the threads that drive the GPU sooner; under 1 s is refused
     /// (the windows would trap most launches).
     #[serde(deserialize_with = "launch_windows_every")]
     pub launch_windows_every: ConfigDuration,

@@ -89,6 +89,57 @@ fn the_exporter_sees_what_the_workload_did_on_the_emulated_gpu() {
     assert_eq!(value(&page, "gpu_memory_used_bytes", &gpu), Some(0.0));
 }
 
+/// A Hopper in MIG mode: NVML gives no utilization at all, but GPM per GPU instance, and the
+/// analysis takes the instance its main process runs in as the GPU's busy time and SM
+/// activity (an A100 slice has neither: its busy time stays unknown).
+#[test]
+fn a_hopper_mig_slice_shows_its_busy_time_through_gpm() {
+    let timelines = TempDir::new("timelines");
+    let scenario = Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n    mig_mode: true\n    mig:\n      - {{uuid: MIG-emulated, gpu_instance_id: 3, memory_total: 42949672960}}\n",
+        timelines.path().join("gpu0.timeline").display()
+    ));
+    let config = "analysis:\n  window: 3s\n  min_duration: 1s\n";
+    let exporter = scenario.start(&common::fake_nvml(false), config);
+    // The same half-busy loop as above: 20 ms kernels on a quarter of the SMs, 20 ms asleep.
+    let _workload = Reaped(python(
+        &timelines,
+        "blocking",
+        "gpu.alloc(1 << 30)\nwhile True:\n    gpu.launch(0.02, sm=0.25)\n    gpu.synchronize()\n    time.sleep(0.02)\n",
+    ));
+    let slice = [("mig_uuid", "MIG-emulated")];
+    let gpu = [("uuid", "GPU-emulated")];
+    let settled = std::cell::Cell::new(0);
+    let page = exporter.metrics_when(|m| {
+        let working = value(m, "gpu_mig_busy_ratio", &slice).is_some_and(|b| b > 0.0);
+        settled.set(if working { settled.get() + 1 } else { 0 });
+        settled.get() >= 10
+    });
+    let busy = value(&page, "gpu_mig_busy_ratio", &slice).unwrap();
+    assert!((0.3..=0.7).contains(&busy), "slice busy {busy}");
+    let sm = value(&page, "gpu_mig_sm_activity_ratio", &slice).unwrap();
+    assert!((0.06..=0.19).contains(&sm), "slice SM activity {sm}");
+    assert_eq!(value(&page, "gpu_utilization_ratio", &gpu), None);
+    // The analysis reads the slice's figures as the GPU's.
+    let figures = || {
+        let api = exporter.get("/api/v1/diagnosis", &[]);
+        let document: serde_json::Value = serde_json::from_slice(&api.body).unwrap();
+        document["gpus"][0]["figures"].clone()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = figures();
+    while !seen["busy"].is_number() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        seen = figures();
+    }
+    let busy = seen["busy"].as_f64().expect("busy from the slice");
+    assert!((0.3..=0.7).contains(&busy), "GPU busy {busy}: {seen}");
+    let sm = seen["sm_activity"]
+        .as_f64()
+        .expect("SM activity from the slice");
+    assert!((0.06..=0.19).contains(&sm), "GPU SM activity {sm}: {seen}");
+}
+
 /// CUDA's spin wait keeps the synchronizing thread on its core; blocking sync sleeps. Both
 /// loops do the same GPU work; only the busiest thread tells them apart. On a shared VM the
 /// spinning thread does not always get its core: the time it waited runnable for a CPU

@@ -202,11 +202,20 @@ fn gpu_node_and_missing_library_goldens() {
         ),
         Some(0.4)
     );
+    // GPM's graphics activity: the instance's busy time; an instance without GPM has none.
+    assert_eq!(
+        mig("gpu_mig_busy_ratio", "1a1b2c3d-0000-4000-8000-00000000000a"),
+        Some(0.7)
+    );
     assert_eq!(
         mig(
             "gpu_mig_sm_activity_ratio",
             "3a1b2c3d-0000-4000-8000-00000000000a"
         ),
+        None
+    );
+    assert_eq!(
+        mig("gpu_mig_busy_ratio", "3a1b2c3d-0000-4000-8000-00000000000a"),
         None
     );
     // NVLink: three of four links active, traffic summed over the active ones.

@@ -78,18 +78,20 @@ def workloads():
 
 
 # The device families the loops run on, as the fake NVML answers for them: Hopper (GPM: SM
-# activity, occupancy, tensor and DRAM), Ampere (no GPM: A100, A10, L4, L40S have none) and
-# an A100 in MIG mode (no utilization, no samples, no per-process utilization at all).
+# activity, occupancy, tensor and DRAM), Ampere (no GPM: A100, A10, L4, L40S have none), an
+# A100 in MIG mode (no utilization, no samples, no per-process utilization at all) and a
+# Hopper in MIG mode (none of those either, but GPM per GPU instance: its busy time and SM
+# activity).
+MIG_SLICE = [
+    "    mig_mode: true",
+    "    mig:",
+    "      - {{uuid: MIG-e0000000-0000-4000-8000-00000000000{i}, gpu_instance_id: 1, memory_total: 42949672960}}",
+]
 FAMILIES = {
     "hopper": [],
     "ampere": ["    name: NVIDIA A100-SXM4-80GB", "    architecture: 7"],
-    "mig": [
-        "    name: NVIDIA A100-SXM4-80GB",
-        "    architecture: 7",
-        "    mig_mode: true",
-        "    mig:",
-        "      - {{uuid: MIG-e0000000-0000-4000-8000-00000000000{i}, gpu_instance_id: 1, memory_total: 42949672960}}",
-    ],
+    "mig": ["    name: NVIDIA A100-SXM4-80GB", "    architecture: 7"] + MIG_SLICE,
+    "hopper_mig": MIG_SLICE,
 }
 # Links trained below their maximum, by family: (generation, width, max generation, max width),
 # as NVML reports them; the stub driver's copies cross the link at that speed. A Hopper in a
@@ -97,7 +99,7 @@ FAMILIES = {
 PCIE_LINKS = {"degraded_link": (2, 4, 5, 16)}
 FAMILIES["degraded_link"] = [f"    pcie_generation: {PCIE_LINKS['degraded_link'][0]}", f"    pcie_width: {PCIE_LINKS['degraded_link'][1]}"]
 # The families whose devices have GPM (SM activity): Hopper's.
-GPM_FAMILIES = ("hopper", "degraded_link")
+GPM_FAMILIES = ("hopper", "degraded_link", "hopper_mig")
 
 
 def scenario(gpus, timelines, family="hopper", only=None):

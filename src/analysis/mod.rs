@@ -7,7 +7,7 @@
 //!
 //! | stage | module | what it does |
 //! |---|---|---|
-//! | observe | [`observe`], [`jobs`] | a snapshot → one [`GpuObservation`] per GPU; each rank's working peer ([`peers::mark_working_peers`]) |
+//! | observe | [`observe`], [`jobs`], [`device`] | a snapshot → one [`GpuObservation`] per GPU (a MIG GPU read through its main process's instance); each rank's working peer ([`peers::mark_working_peers`]) |
 //! | window | [`WindowFigures::over`] | a GPU's observations → its window figures (each signal declared once, with its fold: `snapshot/figures.rs`) |
 //! | peers | [`peers`] | the GPUs of one job compared: busy gaps, the collectives' cap |
 //! | score | [`kinds`] | each kind's counter rule (one file per kind, [`Kind::spec`]) |
@@ -23,6 +23,7 @@
 pub mod advice;
 pub mod attribute;
 pub mod decide;
+pub mod device;
 pub mod hang;
 pub mod jobs;
 pub mod judge;

@@ -3,17 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use super::device::{
+    hardware_errors, link_copy_excess, main_instance, pcie_bandwidth_share, throttled_clock_ratio,
+    LIMITING_THROTTLE_REASONS,
+};
 use super::jobs::{jobs_on, working};
 use crate::snapshot::GpuObservation;
 use crate::snapshot::{
-    GpuDevice, LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessCuda,
-    ProcessNetwork, ProcessStacks, Snapshot,
+    LinkLoad, LinkRates, MountLoad, NetworkSnapshot, ProcessContext, ProcessCuda, ProcessNetwork,
+    ProcessStacks, Snapshot,
 };
-
-/// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
-/// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
-/// boost, application clocks and display clock settings are not bottlenecks.)
-pub const LIMITING_THROTTLE_REASONS: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 
 /// Extracts one observation per GPU from a snapshot taken at `at` seconds.
 pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
@@ -77,6 +76,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
             });
             let (independent_jobs, other_jobs) = jobs_on(device, &contexts);
             let work = working(device, &contexts);
+            let instance = main_instance(device, main);
             GpuObservation {
                 at,
                 index: device.index,
@@ -85,9 +85,13 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 busy: device
                     .busy
                     .map(|b| b.mean_ratio)
-                    .or(device.utilization.map(|u| u.gpu_ratio)),
+                    .or(device.utilization.map(|u| u.gpu_ratio))
+                    .or(instance.and_then(|m| m.busy_ratio)),
                 idle_share: device.busy.map(|b| b.idle_share_ratio),
-                sm_activity: device.gpm.map(|g| g.sm_activity_ratio),
+                sm_activity: device
+                    .gpm
+                    .map(|g| g.sm_activity_ratio)
+                    .or(instance.and_then(|m| m.sm_activity_ratio)),
                 memory_used_ratio: device
                     .memory
                     .filter(|m| m.total_bytes > 0)
@@ -260,67 +264,12 @@ fn busiest_mount(network: &NetworkSnapshot, process: &ProcessNetwork) -> Option<
         .max_by(|a, b| a.requests_per_second.total_cmp(&b.requests_per_second))
 }
 
-/// The SM clock against its maximum while a limiting throttle reason holds it down.
-fn throttled_clock_ratio(device: &GpuDevice) -> Option<f64> {
-    if device.throttle_reasons? & LIMITING_THROTTLE_REASONS == 0 {
-        return None;
-    }
-    let sm = device.clocks.iter().find(|c| c.domain == "sm")?;
-    let (now, max) = (sm.hertz?, sm.max_hertz?);
-    (max > 0.0).then(|| (now / max).clamp(0.0, 1.0))
-}
-
-/// Who does the work on a GPU, from the per-process SM samples.
-fn hardware_errors(device: &GpuDevice) -> Option<u64> {
-    let xids: u64 = device.xid_errors.iter().map(|(_, n)| n).sum();
-    Some(xids + device.ecc_uncorrected.unwrap_or(0))
-}
-
-/// Usable bandwidth of one PCIe lane of a generation, in Gbit/s (after line encoding).
-fn lane_gbits(generation: u32) -> f64 {
-    match generation {
-        0 | 1 => 2.0,
-        2 => 4.0,
-        3 => 7.877,
-        4 => 15.754,
-        5 => 31.508,
-        // Generation 6 and later double per generation.
-        g => 31.508 * f64::from(1u32 << (g - 5).min(8)),
-    }
-}
-
-/// The PCIe link's usable Gbit/s as it trained and at its maximum generation and width.
-fn link_gbits(device: &GpuDevice) -> Option<(f64, f64)> {
-    let p = device.pcie;
-    let now = lane_gbits(p.generation?) * f64::from(p.width?);
-    let max = lane_gbits(p.max_generation?) * f64::from(p.max_width?);
-    (max > 0.0).then_some((now, max))
-}
-
-fn pcie_bandwidth_share(device: &GpuDevice) -> Option<f64> {
-    link_gbits(device).map(|(now, max)| (now / max).min(1.0))
-}
-
-/// Share of its line rate a large DMA copy moves (packet headers, flow control: a gen 4 x16
-/// link's 31.5 GB/s moves some 25 GB/s).
-const PCIE_COPY_EFFICIENCY: f64 = 0.8;
-
-/// Share of the interval a process's copies (`copied` bytes a second, to and from the device)
-/// took beyond what its GPU's link at full speed would have taken: the bytes at the link's
-/// copy rate as it trained, less at its maximum. `None` on a healthy link, or without the
-/// probes.
-fn link_copy_excess(device: &GpuDevice, copied: Option<f64>) -> Option<f64> {
-    let (now, max) = link_gbits(device).filter(|(now, max)| *now > 0.0 && now < max)?;
-    let seconds_per_byte = |gbits: f64| 8.0 / (gbits * 1e9 * PCIE_COPY_EFFICIENCY);
-    Some(copied? * (seconds_per_byte(now) - seconds_per_byte(max)))
-}
-
 #[cfg(test)]
 mod tests {
 
     use super::*;
     use crate::analysis::jobs::tests::process;
-    use crate::snapshot::{GpuProcess, GpuSnapshot};
+    use crate::snapshot::{GpuDevice, GpuProcess, GpuSnapshot};
 
     /// Two GPUs, each with one main process, as `observe` groups them: (job, ranks) per GPU.
     fn groups(contexts: Vec<ProcessContext>) -> Vec<(Option<String>, Option<String>)> {
@@ -367,33 +316,5 @@ mod tests {
         // Orphans (reparented to init) are nobody's ranks.
         let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]);
         assert_eq!(orphans, vec![(None, None), (None, None)]);
-    }
-
-    #[test]
-    fn pcie_bandwidth_share_counts_generation_and_width() {
-        let link = |generation, width| GpuDevice {
-            pcie: crate::snapshot::PcieLink {
-                generation: Some(generation),
-                width: Some(width),
-                max_generation: Some(5),
-                max_width: Some(16),
-                ..Default::default()
-            },
-            ..GpuDevice::default()
-        };
-        assert_eq!(pcie_bandwidth_share(&link(5, 16)), Some(1.0));
-        assert!((pcie_bandwidth_share(&link(4, 16)).unwrap() - 0.5).abs() < 0.001);
-        assert!((pcie_bandwidth_share(&link(5, 8)).unwrap() - 0.5).abs() < 1e-9);
-        assert!(pcie_bandwidth_share(&link(2, 4)).unwrap() < 0.04);
-        // 20 MB a second copied across gen 2 x4 (1.6 GB/s) instead of gen 5 x16 (50 GB/s):
-        // 12.1 ms of each second the link added; nothing on a healthy link or without the
-        // probes.
-        let excess = link_copy_excess(&link(2, 4), Some(20e6)).unwrap();
-        assert!(
-            (excess - (0.0125 - 20e6 / 50.4128e9)).abs() < 1e-9,
-            "{excess}"
-        );
-        assert_eq!(link_copy_excess(&link(5, 16), Some(20e6)), None);
-        assert_eq!(link_copy_excess(&link(2, 4), None), None);
     }
 }

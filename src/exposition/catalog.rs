@@ -142,7 +142,8 @@ metric!(MIG_ENABLED, "gpu_mig_enabled", Gauge, None, ["gpu", "uuid", "namespace"
 metric!(MIG_INFO, "gpu_mig", Info, None, ["gpu", "uuid", "mig_uuid", "mig_index", "gpu_instance_id"], "A MIG device of the GPU, with the MIG UUID that device plugins hand to pods.");
 metric!(MIG_MEM_TOTAL, "gpu_mig_memory_total_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device.");
 metric!(MIG_MEM_USED, "gpu_mig_memory_used_bytes", Gauge, BYTES, ["gpu", "uuid", "mig_uuid"], "Memory of the MIG device in use.");
-metric!(MIG_SM_ACTIVITY, "gpu_mig_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: SM activity of the MIG device's GPU instance over the last interval (Hopper and newer; NVML offers no other per-MIG utilization).");
+metric!(MIG_SM_ACTIVITY, "gpu_mig_sm_activity_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: SM activity of the MIG device's GPU instance over the last interval (Hopper and newer; NVML offers no utilization rates per MIG device).");
+metric!(MIG_BUSY, "gpu_mig_busy_ratio", Gauge, RATIO, ["gpu", "uuid", "mig_uuid"], "GPM: share of the last interval any kernel ran on the MIG device's GPU instance (graphics activity; Hopper and newer): the instance's busy time, which the analysis takes for a GPU in MIG mode from the instance its main process runs in.");
 
 // Network: NICs, InfiniBand / RoCE ports, network filesystems.
 metric!(NET_BYTES, "gpu_host_network_bytes", Counter, BYTES, ["interface", "direction"], "Bytes received or transmitted by a physical interface (/proc/net/dev of the node's namespace).");

@@ -248,6 +248,7 @@ fn mig_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
     let mut total = Family::new(&MIG_MEM_TOTAL);
     let mut used = Family::new(&MIG_MEM_USED);
     let mut activity = Family::new(&MIG_SM_ACTIVITY);
+    let mut busy = Family::new(&MIG_BUSY);
     for gpu in gpus.iter().filter(|g| g.up) {
         let index = gpu.index.to_string();
         for mig in &gpu.mig_devices {
@@ -273,9 +274,12 @@ fn mig_families(gpus: &[GpuDevice], out: &mut Vec<Family>) {
             if let Some(ratio) = mig.sm_activity_ratio {
                 activity.add(&labels, ratio);
             }
+            if let Some(ratio) = mig.busy_ratio {
+                busy.add(&labels, ratio);
+            }
         }
     }
-    out.extend([info, total, used, activity]);
+    out.extend([info, total, used, activity, busy]);
 }
 
 /// The labels every GPU-level series starts with: index, UUID and the GPU's pod labels.

@@ -187,6 +187,8 @@ pub struct GpuProcess {
     pub sm_ratio: Option<f64>,
     /// Share of the interval the process read or wrote device memory.
     pub memory_ratio: Option<f64>,
+    /// The MIG GPU instance the process runs in, where the driver names one.
+    pub gpu_instance_id: Option<u32>,
 }
 
 /// Row-remapping state of a GPU's memory.
@@ -239,6 +241,9 @@ pub struct MigDevice {
     pub memory: Option<GpuMemory>,
     /// GPM SM activity of the GPU instance over the last interval (Hopper and newer).
     pub sm_activity_ratio: Option<f64>,
+    /// GPM graphics activity of the GPU instance over the last interval: the share of it any
+    /// kernel ran (Hopper and newer), the instance's busy time.
+    pub busy_ratio: Option<f64>,
 }
 
 /// A container of a pod.

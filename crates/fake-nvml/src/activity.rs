@@ -41,10 +41,10 @@ fn processes_of(d: &Device) -> Result<Vec<Process>, nvmlReturn_t> {
         .collect())
 }
 
-/// Whether MIG mode is on: utilization rates, samples and per-process utilization are then
-/// not supported (NVML reference), whatever the GPU.
+/// Whether MIG mode is on (or the device is a MIG device): utilization rates, samples and
+/// per-process utilization are then not supported (NVML reference), whatever the GPU.
 fn mig_on(d: &Device) -> bool {
-    d.mig_mode == Some(true)
+    d.mig_mode == Some(true) || d.gpu_instance
 }
 
 /// Whether the device has GPM: a scenario says so, an emulated Hopper or later has it.
@@ -280,6 +280,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 // Processes
 // ---------------------------------------------------------------------------------------------
 
+/// The GPU instance a process of the device runs in: on a GPU in MIG mode with one instance,
+/// that one; else not known (NVML's "none", all ones).
+fn instance_of(d: &Device) -> c_uint {
+    match d.mig.as_slice() {
+        [only] if d.mig_mode == Some(true) => only.gpu_instance_id,
+        _ => u32::MAX,
+    }
+}
+
 unsafe fn running_processes(
     d: &Device,
     kind: &str,
@@ -302,7 +311,7 @@ unsafe fn running_processes(
         *infos.add(i) = nvmlProcessInfo_t {
             pid: p.pid,
             usedGpuMemory: p.used_memory,
-            gpuInstanceId: u32::MAX,
+            gpuInstanceId: instance_of(d),
             computeInstanceId: u32::MAX,
         };
     }
@@ -427,6 +436,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) ->
             None => d.gpm.unwrap_or_default(),
             Some(Err(code)) => return code,
             Some(Ok(t)) => Gpm {
+                graphics_util: Some(100.0 * t.busy(from, to)),
                 sm_util: 100.0 * t.weighted(from, to, |k| k.sm),
                 sm_occupancy: 100.0 * t.weighted(from, to, |k| k.occupancy),
                 tensor_util: 100.0 * t.weighted(from, to, |k| k.tensor),
@@ -436,6 +446,9 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) ->
         let request = &mut *request;
         for metric in request.metrics.iter_mut().take(request.numMetrics as usize) {
             let (value, name): (Option<f64>, &'static std::ffi::CStr) = match metric.metricId {
+                nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL => {
+                    (gpm.graphics_util, c"GRAPHICS_UTIL")
+                }
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL => (Some(gpm.sm_util), c"SM_UTIL"),
                 nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY => {
                     (Some(gpm.sm_occupancy), c"SM_OCCUPANCY")

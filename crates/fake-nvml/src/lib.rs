@@ -167,7 +167,8 @@ unsafe fn device_call(
 const MIG_HANDLE_BASE: usize = 0x10000;
 
 /// The device a handle names. A MIG device is presented as a device of its own with the
-/// instance's UUID, memory and GPM figures, lost whenever its parent is.
+/// instance's UUID, memory and GPM figures, lost whenever its parent is. An emulated Hopper's
+/// only instance does all of the GPU's work: its GPM figures come from the parent's timeline.
 fn resolve(scenario: &Scenario, handle: nvmlDevice_t) -> Option<Device> {
     let Some((gpu, position)) = mig_position(handle as usize) else {
         return scenario
@@ -177,12 +178,16 @@ fn resolve(scenario: &Scenario, handle: nvmlDevice_t) -> Option<Device> {
     };
     let parent = scenario.devices.get(gpu)?;
     let mig = parent.mig.get(position)?;
+    let emulated = parent.timeline.is_some() && parent.architecture >= 9 && parent.mig.len() == 1;
     Some(Device {
         uuid: mig.uuid.clone(),
         memory_total: mig.memory_total,
         memory_used: mig.memory_used,
         memory_reserved: 0,
-        gpm: mig.sm_util.map(|sm_util| Gpm {
+        architecture: parent.architecture,
+        timeline: parent.timeline.clone().filter(|_| emulated),
+        gpm: mig.sm_util.filter(|_| !emulated).map(|sm_util| Gpm {
+            graphics_util: mig.graphics_util,
             sm_util,
             sm_occupancy: 0.0,
             tensor_util: 0.0,
@@ -190,6 +195,7 @@ fn resolve(scenario: &Scenario, handle: nvmlDevice_t) -> Option<Device> {
         }),
         lost: parent.lost,
         mig_mode: None,
+        gpu_instance: true,
         ..Device::default()
     })
 }

@@ -111,6 +111,10 @@ pub struct Device {
     pub timeline: Option<std::path::PathBuf>,
     /// Fallen off the bus: every call answers GPU_IS_LOST.
     pub lost: bool,
+    /// A MIG device's handle (set by the library, never by a scenario): no utilization rates,
+    /// samples or per-process utilization, as on its parent.
+    #[serde(skip)]
+    pub gpu_instance: bool,
     /// Function name → error it answers (`not_supported`, `gpu_lost`, `insufficient_size`, ...).
     pub errors: HashMap<String, String>,
     /// Function name → milliseconds it blocks before answering.
@@ -176,6 +180,7 @@ impl Default for Device {
             processes: Vec::new(),
             timeline: None,
             lost: false,
+            gpu_instance: false,
             errors: HashMap::new(),
             delays_ms: HashMap::new(),
         }
@@ -203,11 +208,17 @@ pub struct Mig {
     pub memory_used: u64,
     /// GPM SM activity of the GPU instance, in percent.
     pub sm_util: Option<f64>,
+    /// GPM graphics activity of the GPU instance (the share of time any kernel ran), in
+    /// percent; with `sm_util`.
+    pub graphics_util: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gpm {
+    /// The share of time any kernel ran (GRAPHICS_UTIL); NOT_SUPPORTED when absent.
+    #[serde(default)]
+    pub graphics_util: Option<f64>,
     pub sm_util: f64,
     pub sm_occupancy: f64,
     pub tensor_util: f64,

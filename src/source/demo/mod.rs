@@ -182,6 +182,7 @@ impl DemoSource {
                 used_memory_bytes: used / u64::from(processes.max(1)),
                 sm_ratio: Some(busy / f64::from(processes.max(1))),
                 memory_ratio: Some(busy * 0.5),
+                gpu_instance_id: None,
             })
             .collect();
         let contexts = gpu_processes

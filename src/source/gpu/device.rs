@@ -308,6 +308,7 @@ fn read_processes(
                     pid: info.pid,
                     kind,
                     used_memory_bytes: used,
+                    gpu_instance_id: info.gpu_instance_id,
                     ..GpuProcess::default()
                 },
             );

@@ -10,8 +10,8 @@ use super::raw::gpu_instance_id;
 use crate::snapshot::{GpmMetrics, GpuMemory, MigDevice};
 
 /// The MIG devices of a GPU in MIG mode. NVML gives each one's UUID, memory and (through
-/// GPM on Hopper and newer) SM activity; it gives no utilization rates, clocks, power or
-/// per-process samples per MIG device, so those stay per physical GPU.
+/// GPM on Hopper and newer) busy time and SM activity; it gives no utilization rates, clocks,
+/// power or per-process samples per MIG device, so those stay per physical GPU.
 pub(super) fn read_mig_devices(
     nvml: &'static Nvml,
     device: &Device<'static>,
@@ -28,11 +28,9 @@ pub(super) fn read_mig_devices(
             Err(_) => continue,
         };
         let gpu_instance_id = gpu_instance_id(nvml, &mig).ok();
-        let sm_activity_ratio = match gpu_instance_id {
-            Some(id) if !memo.unsupported.contains("gpm") => {
-                mig_sm_activity(nvml, device, memo, id)
-            }
-            _ => None,
+        let (busy_ratio, sm_activity_ratio) = match gpu_instance_id {
+            Some(id) if !memo.unsupported.contains("gpm") => mig_gpm(nvml, device, memo, id),
+            _ => (None, None),
         };
         found.push(MigDevice {
             index: slot,
@@ -43,26 +41,35 @@ pub(super) fn read_mig_devices(
                 used_bytes: m.used,
             }),
             sm_activity_ratio,
+            busy_ratio,
         });
     }
     Ok(found)
 }
 
-/// SM activity of one GPU instance between this tick's GPM sample and the previous one.
-fn mig_sm_activity(
+/// Busy time (graphics activity) and SM activity of one GPU instance between this tick's GPM
+/// sample and the previous one, each `None` where the driver does not give it.
+fn mig_gpm(
     nvml: &'static Nvml,
     device: &Device<'static>,
     memo: &mut GpuMemo,
     gpu_instance: u32,
-) -> Option<f64> {
-    let sample = device.gpm_mig_sample(gpu_instance).ok()?;
-    let previous = memo.mig_gpm_previous.insert(gpu_instance, sample)?;
+) -> (Option<f64>, Option<f64>) {
+    let Ok(sample) = device.gpm_mig_sample(gpu_instance) else {
+        return (None, None);
+    };
+    let Some(previous) = memo.mig_gpm_previous.insert(gpu_instance, sample) else {
+        return (None, None);
+    };
     let current = &memo.mig_gpm_previous[&gpu_instance];
-    let results =
-        nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &[GpmMetricId::SmUtil])
-            .ok()?;
-    let value = results.into_iter().next()?.ok()?.value;
-    Some((value / 100.0).clamp(0.0, 1.0))
+    let ids = [GpmMetricId::GraphicsUtil, GpmMetricId::SmUtil];
+    let Ok(results) = nvml_wrapper::gpm::gpm_metrics_get(nvml, &previous, current, &ids) else {
+        return (None, None);
+    };
+    let mut ratios = results
+        .into_iter()
+        .map(|r| r.ok().map(|m| (m.value / 100.0).clamp(0.0, 1.0)));
+    (ratios.next().flatten(), ratios.next().flatten())
 }
 
 /// GPM rates between the previous tick's sample and a new one (none on the first tick).

@@ -73,11 +73,7 @@ pub fn start_launch_windows(
                 let Some(windows) = windows.upgrade() else {
                     return;
                 };
-                let targets = windows
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .targets
-                    .clone();
+                let targets = locked(&windows).targets.clone();
                 // The second window is the first timed: the first counts the launches soon,
                 // the second reads the queue some 16 s after a start at the default period.
                 let timed = opened % TIMED_EVERY == 1;
@@ -91,37 +87,37 @@ pub fn start_launch_windows(
                         })
                         .collect::<Vec<Attached>>()
                 };
-                if !timed {
-                    let counting = attach(&|t| vec![&t.count], false);
-                    if counting.is_empty() {
-                        continue;
+                // A timed window: what it adds to the counts and waits, and its held launches
+                // alone.
+                let before = timed.then(|| {
+                    for map in [&maps.held_first, &maps.held_last] {
+                        for (key, _) in map.entries() {
+                            map.delete(&key);
+                        }
                     }
-                    opened += 1;
-                    let began = std::time::Instant::now();
-                    std::thread::sleep(LAUNCH_WINDOW);
-                    let seconds = began.elapsed().as_secs_f64();
-                    drop(counting);
-                    windows
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .attached_seconds += seconds;
-                    continue;
-                }
-                // What the window adds to the counts and waits, and its held launches alone.
-                let before = (read_map(&maps.counts, None), read_map(&maps.waits, None));
-                for map in [&maps.held_first, &maps.held_last] {
-                    for (key, _) in map.entries() {
-                        map.delete(&key);
-                    }
-                }
+                    (read_map(&maps.counts, None), read_map(&maps.waits, None))
+                });
                 // The entries' programs first and the returns' last: a launch whose return is
                 // timed was counted, and its start noted.
-                let entries = attach(&|t| vec![&t.count, &t.timing[0]], false);
+                let entries = attach(
+                    &|t| {
+                        if timed {
+                            vec![&t.count, &t.timing[0]]
+                        } else {
+                            vec![&t.count]
+                        }
+                    },
+                    false,
+                );
                 if entries.is_empty() {
                     continue;
                 }
                 opened += 1;
-                let returns = attach(&|t| vec![&t.timing[1]], true);
+                let returns = if timed {
+                    attach(&|t| vec![&t.timing[1]], true)
+                } else {
+                    Vec::new()
+                };
                 let (began, began_ns) = (std::time::Instant::now(), monotonic_ns());
                 std::thread::sleep(LAUNCH_WINDOW);
                 let (seconds, ended_ns) = (began.elapsed().as_secs_f64(), monotonic_ns());
@@ -132,25 +128,34 @@ pub fn start_launch_windows(
                     scope.spawn(|| drop(returns));
                     drop(entries);
                 });
-                let after = (read_map(&maps.counts, None), read_map(&maps.waits, None));
-                let first = per_process(&maps.held_first, None, u64::min);
-                let last = per_process(&maps.held_last, None, u64::max);
-                let held = first
-                    .into_iter()
-                    .filter_map(|(pid, began)| Some((pid, (began, *last.get(&pid)?))))
-                    .collect();
-                let queues = queue_in_window(
-                    (&after.0, &after.1),
-                    (&before.0, &before.1),
-                    (began_ns, ended_ns),
-                    &held,
-                );
-                let mut windows = windows.lock().unwrap_or_else(|p| p.into_inner());
+                let queues = before.map(|before| {
+                    let after = (read_map(&maps.counts, None), read_map(&maps.waits, None));
+                    let first = per_process(&maps.held_first, None, u64::min);
+                    let last = per_process(&maps.held_last, None, u64::max);
+                    let held = first
+                        .into_iter()
+                        .filter_map(|(pid, began)| Some((pid, (began, *last.get(&pid)?))))
+                        .collect();
+                    queue_in_window(
+                        (&after.0, &after.1),
+                        (&before.0, &before.1),
+                        (began_ns, ended_ns),
+                        &held,
+                    )
+                });
+                let mut windows = locked(&windows);
                 windows.attached_seconds += seconds;
-                windows.queues = queues;
+                if let Some(queues) = queues {
+                    windows.queues = queues;
+                }
             }
         });
     if let Err(error) = spawned {
         tracing::warn!(%error, "cuda probes: no launch-window thread; launches go uncounted");
     }
+}
+
+/// The windows' state, even where a thread panicked holding it (the counts stay usable).
+fn locked(windows: &Mutex<LaunchWindows>) -> std::sync::MutexGuard<'_, LaunchWindows> {
+    windows.lock().unwrap_or_else(|p| p.into_inner())
 }

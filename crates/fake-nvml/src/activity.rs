@@ -27,9 +27,8 @@ fn processes_of(d: &Device) -> Result<Vec<Process>, nvmlReturn_t> {
     let Some(timeline) = emulated(d, u64::MAX) else {
         return Ok(d.processes.clone());
     };
-    let alive = |pid: u32| Path::new("/proc").join(pid.to_string()).exists();
     Ok(timeline?
-        .live_processes(alive)
+        .live_processes(holds_a_context)
         .into_iter()
         .map(|(pid, used_memory)| Process {
             pid,
@@ -39,6 +38,17 @@ fn processes_of(d: &Device) -> Result<Vec<Process>, nvmlReturn_t> {
             mem: 0,
         })
         .collect())
+}
+
+/// Whether a process still holds its GPU context: the driver tears a context down when the
+/// process exits, before its parent reaps it, so a zombie holds none.
+fn holds_a_context(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's closing parenthesis.
+    match stat.rsplit_once(") ") {
+        Some((_, rest)) => !rest.starts_with('Z') && !rest.starts_with('X'),
+        None => false,
+    }
 }
 
 /// Whether MIG mode is on (or the device is a MIG device): utilization rates, samples and

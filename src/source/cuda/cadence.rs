@@ -4,8 +4,8 @@
 //! the shortest lag, in calls, at which the time between the calls repeats and (for a lag of
 //! several calls) the gaps between them come in the same order, their autocorrelation
 //! (Greyhound finds the iteration period of NCCL calls the same way). The step is the
-//! shortest period of any kind, or, where the loop runs ahead of the GPU between syncs, the
-//! mean interval of a batch's uploads ([`step_of`]).
+//! shortest period of any kind, or the mean interval of a batch's uploads, made once a step
+//! ([`step_of`]).
 //!
 //! A lag too short splits a step unevenly (DDP's buckets a few milliseconds apart, then the
 //! forward pass): its intervals are then both shorter and longer than their median, where a
@@ -13,19 +13,9 @@
 //! one third and at the end) can read half steps; a kind called only every few steps (a
 //! logging sync) is outrun by the others.
 //!
-//! [`step_of`] is pure; [`Steps`] keeps each process's recent calls and looks again every
-//! [`REFRESH_NS`] (a search over a long window costs up to a millisecond).
+//! Pure; `steps.rs` keeps each process's recent calls and looks again now and then.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-
-use crate::snapshot::Step;
-
-/// The recent calls a process's step is found from: a minute, at most this many.
-const WINDOW_NS: u64 = 60_000_000_000;
-/// Twice what the step needs: each wait is marked twice, entering and returning.
-const CALLS_KEPT: usize = 4096;
-/// How often a process's step is looked for again.
-const REFRESH_NS: u64 = 10_000_000_000;
+use std::collections::BTreeMap;
 
 /// The longest period looked for, in calls (an FSDP step of a large model issues a few
 /// hundred collectives).
@@ -48,6 +38,8 @@ const GAPS_CORRELATION_MIN: f64 = 0.5;
 /// issued back to back: tens of microseconds apart; a step's host work takes longer, even
 /// one running ahead of the GPU).
 const BURST_NS: u64 = 200_000;
+/// The periods either side of an interval the loop's pace around it is taken over.
+const NEARBY_PERIODS: usize = 8;
 /// Intervals sampled per lag: enough for the median, bounded cost on long windows.
 const SAMPLES: usize = 96;
 
@@ -76,18 +68,78 @@ pub enum Role {
     Other,
 }
 
-/// The mean step of `calls` (oldest first) in seconds; `None` where no kind of call repeats
-/// at least [`MIN_STEPS`] times. Each kind of call repeats with the step, some several times
-/// a step (DDP's buckets), some once in several (a logging sync every ten steps): the step is
+/// Where a loop's step shows: a kind of call (whether it comes once a step, its probe) and
+/// how many of its calls make a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    kind: (bool, u32),
+    calls_per_step: usize,
+}
+
+/// Where the step of `calls` (oldest first) shows; `None` where no kind of call repeats at
+/// least [`MIN_STEPS`] times. Each kind of call repeats with the step, some several times a
+/// step (DDP's buckets), some once in several (a logging sync every ten steps): the step is
 /// the shortest period any kind has.
 ///
 /// A loop that reads its loss only every few steps runs ahead of the GPU between those syncs:
 /// every kind of call then repeats every few steps (three quick steps, one long), and only
 /// knowing which calls come once a step tells the step. A batch's upload does (its tensors'
-/// copies a burst); where those repeat at all, their mean interval is the step. A batch
-/// whose tensors are uploaded apart (a large pageable one taking milliseconds each) reads as
-/// that many steps.
+/// copies a burst): its bursts are the steps. A batch whose tensors are uploaded apart (a
+/// large pageable one taking milliseconds each) reads as that many steps.
+pub fn cadence_of(calls: &[Call]) -> Option<Cadence> {
+    let by_kind = times_by_kind(calls);
+    let (first_ns, last_ns) = (calls.first()?.ns, calls.last()?.ns);
+    // Uploads that stopped early in the window (the model's, at start-up) do not step.
+    let recent = last_ns - (last_ns - first_ns) / 4;
+    let shortest = |found: Vec<Cadence>| {
+        found.into_iter().min_by(|a, b| {
+            let seconds = |c: &Cadence| mean_period(&by_kind[&c.kind], c.calls_per_step);
+            seconds(a).total_cmp(&seconds(b))
+        })
+    };
+    // Uploads step however irregular the loop: it may run ahead of the GPU between syncs,
+    // wait for its loader now and then, or slow down when CPU hogs arrive.
+    let uploads = by_kind
+        .iter()
+        .filter(|((once, _), times)| {
+            *once && times.len() > MIN_STEPS && times.last().is_some_and(|&t| t >= recent)
+        })
+        .map(|(&kind, _)| Cadence {
+            kind,
+            calls_per_step: 1,
+        })
+        .collect();
+    shortest(uploads).or_else(|| {
+        let periodic = by_kind
+            .iter()
+            .filter_map(|(&kind, times)| {
+                period_of(times).map(|calls_per_step| Cadence {
+                    kind,
+                    calls_per_step,
+                })
+            })
+            .collect();
+        shortest(periodic)
+    })
+}
+
+/// The mean step of `calls` (oldest first) in seconds, where `cadence` shows it: over the
+/// whole steps they hold, so slow steps count; `None` under [`MIN_STEPS`] of them.
+pub fn seconds_of(calls: &[Call], cadence: Cadence) -> Option<f64> {
+    let times = times_by_kind(calls).remove(&cadence.kind)?;
+    let steps = times.len().saturating_sub(1) / cadence.calls_per_step;
+    (steps >= MIN_STEPS).then(|| mean_period(&times, cadence.calls_per_step))
+}
+
+/// The mean step of `calls` in seconds (the search and the measure at once).
+#[cfg(test)]
 pub fn step_of(calls: &[Call]) -> Option<f64> {
+    seconds_of(calls, cadence_of(calls)?)
+}
+
+/// Each kind's calls (ns, oldest first), a wait's return left out and a batch's tensors
+/// one call (its burst's first).
+fn times_by_kind(calls: &[Call]) -> BTreeMap<(bool, u32), Vec<u64>> {
     let mut by_kind: BTreeMap<(bool, u32), Vec<u64>> = BTreeMap::new();
     for call in calls.iter().filter(|c| c.role != Role::Returned) {
         let times = by_kind.entry((call.once_a_step, call.kind)).or_default();
@@ -96,17 +148,14 @@ pub fn step_of(calls: &[Call]) -> Option<f64> {
         }
         times.push(call.ns);
     }
-    let uploads = by_kind
-        .iter()
-        .filter(|((once, _), _)| *once)
-        .filter_map(|(_, times)| once_a_step(times))
-        .min_by(f64::total_cmp);
-    uploads.or_else(|| {
-        by_kind
-            .values()
-            .filter_map(|times| period_of(times))
-            .min_by(f64::total_cmp)
-    })
+    by_kind
+}
+
+/// The mean time of `lag` calls over the whole periods `times` holds, in seconds.
+fn mean_period(times: &[u64], lag: usize) -> f64 {
+    let periods = (times.len().saturating_sub(1) / lag).max(1);
+    let span = times[(periods * lag).min(times.len() - 1)].saturating_sub(times[0]);
+    span as f64 / 1e9 / periods as f64
 }
 
 /// How many of `calls` (oldest first) `counted` picks a step of `step_seconds`, over the
@@ -122,45 +171,45 @@ pub fn per_step(calls: &[Call], step_seconds: f64, counted: impl Fn(&Call) -> bo
     Some(n as f64 / steps)
 }
 
-/// The step of calls made once a step: their mean interval, where they repeat at all (a
-/// period of one or several of them: the loop may run ahead of the GPU between syncs).
-fn once_a_step(times: &[u64]) -> Option<f64> {
-    let n = times.len();
-    period_of(times)?;
-    Some(times[n - 1].saturating_sub(times[0]) as f64 / 1e9 / (n - 1) as f64)
-}
-
-/// The period of one kind's calls (ns, oldest first) in seconds: the shortest lag, in calls,
-/// at which the time between them repeats, its mean over the whole periods of the window.
-fn period_of(times: &[u64]) -> Option<f64> {
+/// The period of one kind's calls (ns, oldest first), in calls: the shortest lag at which
+/// the time between them repeats.
+fn period_of(times: &[u64]) -> Option<usize> {
     let n = times.len();
     let longest = MAX_CALLS_PER_STEP.min(n.saturating_sub(1) / MIN_STEPS);
     let gaps: Vec<f64> = times
         .windows(2)
         .map(|w| w[1].saturating_sub(w[0]) as f64)
         .collect();
-    // A lag that repeats: the share of its intervals away from their median, and the period.
-    let judge = |lag: usize| -> Option<(f64, f64)> {
+    // A lag that repeats: the share of its intervals away from their median, and the lag.
+    let judge = |lag: usize| -> Option<(f64, usize)> {
+        // Each interval against the loop's pace around it (the mean time per call a few
+        // periods either side): a loop whose pace changes within the window (CPU hogs
+        // arriving, a straggler's phases) still repeats at its step.
+        let pace = |i: usize| {
+            let (from, to) = (
+                i.saturating_sub(lag * NEARBY_PERIODS),
+                (i + lag * (NEARBY_PERIODS + 1)).min(n - 1),
+            );
+            times[to].saturating_sub(times[from]) as f64 / (to - from) as f64 * lag as f64
+        };
         let mut intervals: Vec<f64> = sampled(n - lag)
-            .map(|i| times[i + lag].saturating_sub(times[i]) as f64)
+            .map(|i| times[i + lag].saturating_sub(times[i]) as f64 / pace(i).max(1.0))
             .collect();
         let middle = median(&mut intervals)?;
         let atypical = repeats(&intervals, middle)?;
         if lag > 1 && autocorrelation(&gaps, lag) < GAPS_CORRELATION_MIN {
             return None;
         }
-        // The mean over the whole periods of the window: slow steps count in it.
-        let periods = (n - 1) / lag;
-        let span = times[periods * lag].saturating_sub(times[0]) as f64 / 1e9;
-        Some((atypical, span / periods as f64))
+        Some((atypical, lag))
     };
-    let (first, found) = (1..=longest).find_map(|lag| judge(lag).map(|j| (lag, j)))?;
+    let found = (1..=longest).find_map(judge)?;
+    let first = found.1;
     // A lag a call or two short of a long step passes too, with those calls' intervals
     // short: the lag just after it that repeats best is the step.
-    let (_, period) = (first + 1..=(first + first / 4).min(longest))
+    let (_, lag) = (first + 1..=(first + first / 4).min(longest))
         .filter_map(judge)
         .fold(found, |best, j| if j.0 < best.0 { j } else { best });
-    Some(period)
+    Some(lag)
 }
 
 /// Up to [`SAMPLES`] of the indices below `pairs`, spread in no regular order: a regular
@@ -232,89 +281,18 @@ fn median(values: &mut [f64]) -> Option<f64> {
     Some(values[values.len() / 2])
 }
 
-/// One process's recent calls and what was found in them.
-#[derive(Default)]
-struct Tracked {
-    calls: VecDeque<Call>,
-    /// The last step found (mean seconds), its best mean, and when it was looked for (ns).
-    found: Option<f64>,
-    best_seconds: Option<f64>,
-    looked_at: u64,
-}
-
-/// Each GPU process's recent calls across the boundary, and its step.
-#[derive(Default)]
-pub struct Steps {
-    processes: HashMap<u32, Tracked>,
-}
-
-impl Steps {
-    pub fn add(&mut self, pid: u32, call: Call) {
-        let calls = &mut self.processes.entry(pid).or_default().calls;
-        if calls.len() == CALLS_KEPT {
-            calls.pop_front();
-        }
-        calls.push_back(call);
-    }
-
-    /// Forgets the processes not in `keep`.
-    pub fn retain(&mut self, keep: &HashSet<u32>) {
-        self.processes.retain(|pid, _| keep.contains(pid));
-    }
-
-    /// `pid`'s calls since `since_ns`, oldest first.
-    pub fn calls_since(&mut self, pid: u32, since_ns: u64) -> &[Call] {
-        let Some(tracked) = self.processes.get_mut(&pid) else {
-            return &[];
-        };
-        let calls = tracked.calls.make_contiguous();
-        let first = calls.partition_point(|c| c.ns < since_ns);
-        &calls[first..]
-    }
-
-    /// `pid`'s step at `now_ns`, looked for again when due.
-    pub fn step(&mut self, pid: u32, now_ns: u64) -> Option<Step> {
-        let tracked = self.processes.get_mut(&pid)?;
-        let last_ns = tracked.calls.back()?.ns;
-        let since = now_ns.saturating_sub(WINDOW_NS);
-        while tracked.calls.front().is_some_and(|c| c.ns < since) {
-            tracked.calls.pop_front();
-        }
-        if now_ns.saturating_sub(tracked.looked_at) >= REFRESH_NS || tracked.found.is_none() {
-            tracked.looked_at = now_ns;
-            match step_of(tracked.calls.make_contiguous()) {
-                Some(found) => {
-                    tracked.found = Some(found);
-                    let best = tracked.best_seconds.get_or_insert(found);
-                    *best = best.min(found);
-                }
-                // The calls stopped (a hang): the last step found stands, the one in
-                // progress grows past it.
-                None if tracked.calls.len() < 2 => {}
-                None => tracked.found = None,
-            }
-        }
-        let seconds = tracked.found?;
-        let in_progress = now_ns.saturating_sub(last_ns) as f64 / 1e9;
-        Some(Step {
-            seconds: seconds.max(in_progress),
-            best_seconds: tracked.best_seconds.unwrap_or(seconds),
-        })
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    pub const MS: u64 = 1_000_000;
 
     /// Kind 10 is a batch's upload, made once a step.
-    const UPLOAD: u32 = 10;
+    pub const UPLOAD: u32 = 10;
 
     /// `steps` steps of `pattern` (kind, ms after the step's start), `step_ms` apart, each step
     /// lasting `slow(step)` times longer.
-    fn calls(
+    pub fn calls(
         steps: u64,
         step_ms: u64,
         pattern: &[(u32, u64)],
@@ -430,57 +408,40 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_whose_pace_changes_within_the_window_steps_at_its_mean() {
+        // One sync a step, 100 ms a step for 10 s, then CPU hogs arrive: 160 ms, each step
+        // 20 % faster or slower than the next.
+        let pace = |step: u64| {
+            if step < 100 {
+                1.0
+            } else {
+                1.6 * jitter(0.2)(step)
+            }
+        };
+        let c = calls(300, 100, &[(30, 90)], pace);
+        let mean = (c.last().unwrap().ns - c[0].ns) as f64 / 1e9 / 299.0;
+        let step = step_of(&c).unwrap();
+        assert!((step / mean - 1.0).abs() < 0.02, "{step} against {mean}");
+        // The same with a batch uploaded each step and the loss read only every fourth, the
+        // loop running ahead of the GPU in between: the uploads step.
+        let pattern = [(UPLOAD, 0), (30, 90)];
+        let c: Vec<Call> = calls(300, 100, &pattern, pace)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, c)| c.kind == UPLOAD || i % 8 == 7)
+            .map(|(_, c)| c)
+            .collect();
+        let step = step_of(&c).unwrap();
+        assert!((step / mean - 1.0).abs() < 0.02, "{step} against {mean}");
+    }
+
+    #[test]
     fn slow_steps_now_and_then_count_in_the_mean() {
         // The batch uploaded, the loss read; every fourth step three times as long (a heavy batch).
         let pattern = [(10, 0), (30, 80)];
         let c = calls(40, 100, &pattern, |s| if s % 4 == 3 { 3.0 } else { 1.0 });
         let step = step_of(&c).unwrap();
         assert!((step - 0.15).abs() < 0.01, "{step}");
-    }
-
-    #[test]
-    fn steps_keep_the_best_and_a_stopped_loop_grows_its_step() {
-        let mut steps = Steps::default();
-        let c = calls(30, 100, &[(10, 0), (30, 80)], |s| {
-            if s >= 20 {
-                2.0
-            } else {
-                1.0
-            }
-        });
-        let mid = c[40].ns; // step 20: the fast steps so far
-        for call in &c[..=40] {
-            steps.add(7, *call);
-        }
-        let fast = steps.step(7, mid).unwrap();
-        assert!((fast.seconds - 0.1).abs() < 1e-3, "{fast:?}");
-        for call in &c[41..] {
-            steps.add(7, *call);
-        }
-        // 10 s on, the slow steps fill a minute's window: twice the best.
-        let end = c.last().unwrap().ns;
-        let late = end + REFRESH_NS - (end - mid);
-        for call in calls(300, 200, &[(10, 0), (30, 160)], |_| 1.0) {
-            steps.add(
-                7,
-                Call {
-                    ns: call.ns - c[0].ns + end + 40 * MS,
-                    ..call
-                },
-            );
-        }
-        let now = late.max(steps.processes[&7].calls.back().unwrap().ns) + 50 * MS;
-        let slow = steps.step(7, now).unwrap();
-        assert!((slow.seconds - 0.2).abs() < 2e-3, "{slow:?}");
-        assert!((slow.best_seconds - 0.1).abs() < 1e-3);
-        assert!((slow.behind_best() - 0.5).abs() < 0.01);
-        // No call for 30 s: the step in progress is 30 s long.
-        let stopped = steps.step(7, now + 30_000_000_000).unwrap();
-        assert!((stopped.seconds - 30.05).abs() < 0.1, "{stopped:?}");
-        // A process never seen, and one forgotten.
-        assert_eq!(steps.step(8, now), None);
-        steps.retain(&HashSet::new());
-        assert_eq!(steps.step(7, now), None);
     }
 
     #[test]

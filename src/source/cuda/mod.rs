@@ -8,7 +8,7 @@
 //! stack sampler. On NCCL (`libnccl.so*`, mapped beside the driver by PyTorch): collectives
 //! issued and their bytes, by operation — enqueued, since NCCL returns at once. Every call but
 //! a kernel launch also leaves a mark (when, which entry point) in a BPF ring buffer: the
-//! loop's step is the period of those marks (`cadence.rs`).
+//! loop's step is the period of those marks (`cadence.rs`; each process's in `steps.rs`).
 //!
 //! Mechanism (docs/development.md): small BPF programs assembled in `programs.rs`, attached to
 //! the uprobe PMU with `perf_event_open` — no BPF toolchain at build time, nothing injected into
@@ -33,6 +33,7 @@ mod probes;
 pub mod programs;
 mod readings;
 mod ring;
+mod steps;
 mod windows;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -43,7 +44,7 @@ use std::time::Duration;
 
 use self::backlog::{backlog_busy, BACKLOG_WINDOW_NS};
 use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
-use self::cadence::{per_step, Call, Steps};
+use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
 use self::maps::{per_process, read_map, Maps};
@@ -52,6 +53,7 @@ use self::programs::Measured;
 pub use self::readings::{fold, launches_between};
 use self::readings::{QueueSeen, Reading};
 use self::ring::Ring;
+use self::steps::Steps;
 use self::windows::{start_launch_windows, LaunchWindows, Windowed};
 use super::{Source, SourceError};
 use crate::snapshot::{Collective, DriverView, Snapshot};

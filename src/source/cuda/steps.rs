@@ -1,0 +1,219 @@
+//! Each GPU process's recent calls across the library boundary, and its step in them: where
+//! it shows is looked for every [`REFRESH_NS`] ([`cadence_of`]: a search over a long window
+//! costs up to a millisecond), its mean measured at every read ([`seconds_of`]: microseconds),
+//! so that the step follows a loop whose pace changes.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::cadence::{cadence_of, seconds_of, Cadence, Call};
+use crate::snapshot::Step;
+
+/// The recent calls a process's step is found from: a minute, at most this many.
+const WINDOW_NS: u64 = 60_000_000_000;
+/// Twice what the step needs: each wait is marked twice, entering and returning.
+const CALLS_KEPT: usize = 4096;
+/// How often a process's step is looked for again.
+const REFRESH_NS: u64 = 10_000_000_000;
+
+/// One process's recent calls and what was found in them.
+#[derive(Default)]
+struct Tracked {
+    calls: VecDeque<Call>,
+    /// Where the step was found to show, when it was looked for (ns), the last mean measured
+    /// (seconds) and the best mean measured when it was looked for.
+    cadence: Option<Cadence>,
+    looked_at: u64,
+    seconds: Option<f64>,
+    best_seconds: Option<f64>,
+    /// The longest time between two calls when it was looked for (ns): a loop that runs
+    /// ahead of the GPU for several steps, then waits for it in one sync, is quiet that long
+    /// every few steps without being slow.
+    quiet_ns: u64,
+}
+
+/// Each GPU process's recent calls across the boundary, and its step.
+#[derive(Default)]
+pub struct Steps {
+    processes: HashMap<u32, Tracked>,
+}
+
+impl Steps {
+    pub fn add(&mut self, pid: u32, call: Call) {
+        let calls = &mut self.processes.entry(pid).or_default().calls;
+        if calls.len() == CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
+    }
+
+    /// Forgets the processes not in `keep`.
+    pub fn retain(&mut self, keep: &HashSet<u32>) {
+        self.processes.retain(|pid, _| keep.contains(pid));
+    }
+
+    /// `pid`'s calls since `since_ns`, oldest first.
+    pub fn calls_since(&mut self, pid: u32, since_ns: u64) -> &[Call] {
+        let Some(tracked) = self.processes.get_mut(&pid) else {
+            return &[];
+        };
+        let calls = tracked.calls.make_contiguous();
+        let first = calls.partition_point(|c| c.ns < since_ns);
+        &calls[first..]
+    }
+
+    /// `pid`'s step at `now_ns`, looked for again when due.
+    pub fn step(&mut self, pid: u32, now_ns: u64) -> Option<Step> {
+        let tracked = self.processes.get_mut(&pid)?;
+        let last_ns = tracked.calls.back()?.ns;
+        let since = now_ns.saturating_sub(WINDOW_NS);
+        while tracked.calls.front().is_some_and(|c| c.ns < since) {
+            tracked.calls.pop_front();
+        }
+        let due = now_ns.saturating_sub(tracked.looked_at) >= REFRESH_NS;
+        let calls = tracked.calls.make_contiguous();
+        if due || tracked.cadence.is_none() {
+            tracked.looked_at = now_ns;
+            tracked.quiet_ns = calls
+                .windows(2)
+                .map(|w| w[1].ns.saturating_sub(w[0].ns))
+                .max()
+                .unwrap_or(0);
+            match cadence_of(calls) {
+                Some(found) => tracked.cadence = Some(found),
+                // The calls stopped (a hang): the last step found stands, the one in
+                // progress grows past it.
+                None if calls.len() < 2 => {}
+                None => (tracked.cadence, tracked.seconds) = (None, None),
+            }
+        }
+        if let Some(measured) = tracked.cadence.and_then(|c| seconds_of(calls, c)) {
+            tracked.seconds = Some(measured);
+            if due || tracked.best_seconds.is_none() {
+                let best = tracked.best_seconds.get_or_insert(measured);
+                *best = best.min(measured);
+            }
+        }
+        let seconds = tracked.seconds?;
+        // The step in progress shows once the loop has been quiet longer than it ever is.
+        let quiet_ns = now_ns.saturating_sub(last_ns);
+        let in_progress = if quiet_ns > tracked.quiet_ns {
+            quiet_ns as f64 / 1e9
+        } else {
+            0.0
+        };
+        Some(Step {
+            seconds: seconds.max(in_progress),
+            best_seconds: tracked.best_seconds.unwrap_or(seconds),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cadence::tests::{calls, MS, UPLOAD};
+    use super::super::cadence::Role;
+    use super::*;
+
+    #[test]
+    fn steps_keep_the_best_and_a_stopped_loop_grows_its_step() {
+        let mut steps = Steps::default();
+        let c = calls(30, 100, &[(10, 0), (30, 80)], |s| {
+            if s >= 20 {
+                2.0
+            } else {
+                1.0
+            }
+        });
+        let mid = c[40].ns; // step 20: the fast steps so far
+        for call in &c[..=40] {
+            steps.add(7, *call);
+        }
+        let fast = steps.step(7, mid).unwrap();
+        assert!((fast.seconds - 0.1).abs() < 1e-3, "{fast:?}");
+        for call in &c[41..] {
+            steps.add(7, *call);
+        }
+        // 10 s on, the slow steps fill a minute's window: twice the best.
+        let end = c.last().unwrap().ns;
+        let late = end + REFRESH_NS - (end - mid);
+        for call in calls(300, 200, &[(10, 0), (30, 160)], |_| 1.0) {
+            steps.add(
+                7,
+                Call {
+                    ns: call.ns - c[0].ns + end + 40 * MS,
+                    ..call
+                },
+            );
+        }
+        let now = late.max(steps.processes[&7].calls.back().unwrap().ns) + 50 * MS;
+        let slow = steps.step(7, now).unwrap();
+        assert!((slow.seconds - 0.2).abs() < 2e-3, "{slow:?}");
+        assert!((slow.best_seconds - 0.1).abs() < 1e-3);
+        assert!((slow.behind_best() - 0.5).abs() < 0.01);
+        // No call for 30 s: the step in progress is 30 s long.
+        let stopped = steps.step(7, now + 30_000_000_000).unwrap();
+        assert!((stopped.seconds - 30.05).abs() < 0.1, "{stopped:?}");
+        // A process never seen, and one forgotten.
+        assert_eq!(steps.step(8, now), None);
+        steps.retain(&HashSet::new());
+        assert_eq!(steps.step(7, now), None);
+    }
+
+    #[test]
+    fn a_loop_waiting_in_its_sync_every_tenth_step_is_not_read_as_stalled() {
+        // Nine steps of 30 ms run ahead of the GPU, the tenth waits 800 ms for it in its sync
+        // (the entry and its return marked): 107 ms a step.
+        let mut steps = Steps::default();
+        let mut ns = 1_000 * MS;
+        for step in 0..200u64 {
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+            if step % 10 == 9 {
+                steps.add(7, call_at(ns + MS, 30, Role::Wait { upload: false }));
+                steps.add(7, call_at(ns + 800 * MS, 30, Role::Returned));
+                ns += 800 * MS;
+            }
+            ns += 30 * MS;
+        }
+        // Read half a second into the next sync's wait: the mean step, not the wait so far.
+        steps.add(7, call_at(ns, 30, Role::Wait { upload: false }));
+        let waiting = steps.step(7, ns + 500 * MS).unwrap();
+        assert!((waiting.seconds - 0.107).abs() < 0.005, "{waiting:?}");
+        // Quiet for longer than the loop ever is: the step in progress.
+        let stalled = steps.step(7, ns + 3_000 * MS).unwrap();
+        assert!((stalled.seconds - 3.0).abs() < 0.01, "{stalled:?}");
+    }
+
+    #[test]
+    fn the_step_follows_a_loop_that_slows_down_between_searches() {
+        // A minute of 100 ms steps, the step looked for; then 9 s of 300 ms steps: read before
+        // the next search, the mean of the last minute, not the one found 9 s ago.
+        let mut steps = Steps::default();
+        let mut ns = 1_000 * MS;
+        for _ in 0..600 {
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+            ns += 100 * MS;
+        }
+        let found = steps.step(7, ns).unwrap();
+        assert!((found.seconds - 0.1).abs() < 1e-3, "{found:?}");
+        let searched = ns;
+        for _ in 0..30 {
+            ns += 300 * MS;
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+        }
+        assert!(ns - searched < REFRESH_NS);
+        let now = steps.step(7, ns).unwrap();
+        // 51 s of 100 ms steps and 9 s of 300 ms ones: 540 steps in the minute.
+        assert!((now.seconds - 60.0 / 540.0).abs() < 2e-3, "{now:?}");
+        assert!((now.best_seconds - 0.1).abs() < 1e-3, "{now:?}");
+    }
+
+    fn call_at(ns: u64, kind: u32, role: Role) -> Call {
+        Call {
+            ns,
+            tid: 1,
+            kind,
+            once_a_step: kind == UPLOAD,
+            role,
+        }
+    }
+}

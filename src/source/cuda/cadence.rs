@@ -15,7 +15,7 @@
 //!
 //! Pure; `steps.rs` keeps each process's recent calls and looks again now and then.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The longest period looked for, in calls (an FSDP step of a large model issues a few
 /// hundred collectives).
@@ -34,10 +34,11 @@ const MEAN_OVER_MEDIAN_MAX: f64 = 1.6;
 /// autocorrelation): over many calls a sum of random gaps varies little too, but random gaps
 /// are not in the same order every step.
 const GAPS_CORRELATION_MIN: f64 = 0.5;
-/// Calls of a once-a-step kind this close together are one batch's (its tensors' copies,
-/// issued back to back: tens of microseconds apart; a step's host work takes longer, even
-/// one running ahead of the GPU).
-const BURST_NS: u64 = 200_000;
+/// Two uploads of one batch: the next tensor's copy entered this soon after the last one's
+/// returned, on the same thread (a `.to()` call's own overhead: microseconds). Between two
+/// batches lies the step's host work: launching its kernels, a few hundred microseconds
+/// even where the loop runs ahead of the GPU.
+const BATCH_GAP_NS: u64 = 50_000;
 /// The periods either side of an interval the loop's pace around it is taken over.
 const NEARBY_PERIODS: usize = 8;
 /// Intervals sampled per lag: enough for the median, bounded cost on long windows.
@@ -84,8 +85,9 @@ pub struct Cadence {
 /// A loop that reads its loss only every few steps runs ahead of the GPU between those syncs:
 /// every kind of call then repeats every few steps (three quick steps, one long), and only
 /// knowing which calls come once a step tells the step. A batch's upload does (its tensors'
-/// copies a burst): its bursts are the steps. A batch whose tensors are uploaded apart (a
-/// large pageable one taking milliseconds each) reads as that many steps.
+/// copies back to back, however long each takes): its batches are the steps. A tensor
+/// uploaded apart from the batch every step (a mask built after the forward) halves the
+/// step read.
 pub fn cadence_of(calls: &[Call]) -> Option<Cadence> {
     let by_kind = times_by_kind(calls);
     let (first_ns, last_ns) = (calls.first()?.ns, calls.last()?.ns);
@@ -137,18 +139,61 @@ pub fn step_of(calls: &[Call]) -> Option<f64> {
     seconds_of(calls, cadence_of(calls)?)
 }
 
-/// Each kind's calls (ns, oldest first), a wait's return left out and a batch's tensors
-/// one call (its burst's first).
+/// Each kind's calls (ns, oldest first), a wait's return left out; of a kind made once a
+/// step, the first of each batch: its tensors are uploaded back to back, as many each step
+/// (the most common count is taken: a thread descheduled between two of them splits a
+/// batch now and then).
 fn times_by_kind(calls: &[Call]) -> BTreeMap<(bool, u32), Vec<u64>> {
     let mut by_kind: BTreeMap<(bool, u32), Vec<u64>> = BTreeMap::new();
-    for call in calls.iter().filter(|c| c.role != Role::Returned) {
-        let times = by_kind.entry((call.once_a_step, call.kind)).or_default();
-        if call.once_a_step && times.last().is_some_and(|&t| call.ns < t + BURST_NS) {
-            continue; // the same batch's next tensor
+    // Per once-a-step kind, its batches' sizes; per thread, its last upload's kind and when
+    // it entered or returned.
+    let mut batches: BTreeMap<(bool, u32), Vec<usize>> = BTreeMap::new();
+    let mut uploading: HashMap<u32, (u32, u64)> = HashMap::new();
+    for call in calls {
+        if call.role == Role::Returned {
+            if let Some(last) = uploading.get_mut(&call.tid) {
+                last.1 = call.ns;
+            }
+            continue;
         }
-        times.push(call.ns);
+        let key = (call.once_a_step, call.kind);
+        by_kind.entry(key).or_default().push(call.ns);
+        let previous = uploading.remove(&call.tid);
+        if !call.once_a_step {
+            continue;
+        }
+        let sizes = batches.entry(key).or_default();
+        match sizes.last_mut() {
+            Some(size)
+                if previous
+                    .is_some_and(|(kind, ns)| kind == call.kind && call.ns < ns + BATCH_GAP_NS) =>
+            {
+                *size += 1
+            }
+            _ => sizes.push(1),
+        }
+        if matches!(call.role, Role::Wait { .. }) {
+            uploading.insert(call.tid, (call.kind, call.ns));
+        }
+    }
+    for (key, sizes) in batches {
+        let tensors = most_common(&sizes);
+        let times = by_kind.get_mut(&key).expect("a batch's kind has calls");
+        *times = times.iter().copied().step_by(tensors.max(1)).collect();
     }
     by_kind
+}
+
+/// The most common of `values` (the smallest of those tied), 1 where there are none.
+fn most_common(values: &[usize]) -> usize {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for &v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map_or(1, |(v, _)| v)
 }
 
 /// The mean time of `lag` calls over the whole periods `times` holds, in seconds.
@@ -374,37 +419,49 @@ pub(super) mod tests {
 
     #[test]
     fn a_loop_running_ahead_of_the_gpu_between_syncs_steps_with_its_uploads() {
-        // The loss read every fourth step: three steps of 10 ms (launches queued), then the
-        // sync waits 110 ms for the GPU; each batch uploaded as two tensors.
-        let mut c = Vec::new();
-        for period in 0..30u64 {
-            let base = 1_000 * MS + period * 140 * MS;
-            for step in 0..4 {
-                for tensor in 0..2 {
-                    let ns = base + step * 10 * MS + tensor * 100_000;
-                    c.push(Call {
-                        ns,
-                        tid: 1,
-                        kind: UPLOAD,
-                        once_a_step: true,
-                        role: Role::Other,
-                    });
-                }
-            }
-            c.push(Call {
-                ns: base + 31 * MS,
+        // The loss read every fourth step: three steps whose host work takes 100 us (CUDA
+        // graphs, launches queued), then the sync waits for the GPU, 140 ms in all; each batch
+        // uploaded as two tensors, the next one's copy entered 10 us after the last returned,
+        // a copy taking 20 us (pinned) or 3 ms (a large pageable batch).
+        for copy_ns in [20_000, 3_000_000] {
+            let mut c = Vec::new();
+            let at = |ns: u64, kind: u32, role: Role| Call {
+                ns,
                 tid: 1,
-                kind: 30,
-                once_a_step: false,
-                role: Role::Other,
-            });
+                kind,
+                once_a_step: kind == UPLOAD,
+                role,
+            };
+            for period in 0..30u64 {
+                let mut ns = 1_000 * MS + period * 140 * MS;
+                for _step in 0..4 {
+                    for _tensor in 0..2 {
+                        c.push(at(ns, UPLOAD, Role::Wait { upload: true }));
+                        c.push(at(ns + copy_ns, UPLOAD, Role::Returned));
+                        ns += copy_ns + 10_000;
+                    }
+                    ns += 100_000;
+                }
+                c.push(at(ns, 30, Role::Wait { upload: false }));
+                c.push(at(
+                    1_000 * MS + (period + 1) * 140 * MS - MS,
+                    30,
+                    Role::Returned,
+                ));
+            }
+            let step = step_of(&c).unwrap();
+            assert!(
+                (step - 0.035).abs() < 0.001,
+                "copies of {copy_ns} ns: {step}"
+            );
+            // Without the uploads known as such, the calls repeat every four steps.
+            c.iter_mut().for_each(|call| call.once_a_step = false);
+            let period = step_of(&c).unwrap();
+            assert!(
+                (period - 0.14).abs() < 0.001,
+                "copies of {copy_ns} ns: {period}"
+            );
         }
-        let step = step_of(&c).unwrap();
-        assert!((step - 0.035).abs() < 0.001, "{step}");
-        // Without the uploads known as such, the calls repeat every four steps.
-        c.iter_mut().for_each(|call| call.once_a_step = false);
-        let period = step_of(&c).unwrap();
-        assert!((period - 0.14).abs() < 0.001, "{period}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ const REFRESH_NS: u64 = 10_000_000_000;
 struct Tracked {
     calls: VecDeque<Call>,
     /// Where the step was found to show, when it was looked for (ns), the last mean measured
-    /// (seconds) and the best mean measured when it was looked for.
+    /// (seconds) and the shortest mean measured.
     cadence: Option<Cadence>,
     looked_at: u64,
     seconds: Option<f64>,
@@ -88,10 +88,8 @@ impl Steps {
         }
         if let Some(measured) = tracked.cadence.and_then(|c| seconds_of(calls, c)) {
             tracked.seconds = Some(measured);
-            if due || tracked.best_seconds.is_none() {
-                let best = tracked.best_seconds.get_or_insert(measured);
-                *best = best.min(measured);
-            }
+            let best = tracked.best_seconds.get_or_insert(measured);
+            *best = best.min(measured);
         }
         let seconds = tracked.seconds?;
         // The step in progress shows once the loop has been quiet longer than it ever is.
@@ -205,6 +203,26 @@ mod tests {
         // 51 s of 100 ms steps and 9 s of 300 ms ones: 540 steps in the minute.
         assert!((now.seconds - 60.0 / 540.0).abs() < 2e-3, "{now:?}");
         assert!((now.best_seconds - 0.1).abs() < 1e-3, "{now:?}");
+    }
+
+    #[test]
+    fn the_best_step_is_never_slower_than_the_step() {
+        // 200 ms steps, the step looked for; then 9 s of 50 ms steps, read before the next
+        // search: the mean of the minute is the best so far.
+        let mut steps = Steps::default();
+        let mut ns = 1_000 * MS;
+        for _ in 0..300 {
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+            ns += 200 * MS;
+        }
+        let slow = steps.step(7, ns).unwrap();
+        for _ in 0..180 {
+            ns += 50 * MS;
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+        }
+        let faster = steps.step(7, ns).unwrap();
+        assert!(faster.seconds < slow.seconds, "{faster:?} {slow:?}");
+        assert_eq!(faster.best_seconds, faster.seconds);
     }
 
     fn call_at(ns: u64, kind: u32, role: Role) -> Call {

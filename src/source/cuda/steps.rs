@@ -19,16 +19,14 @@ const REFRESH_NS: u64 = 10_000_000_000;
 #[derive(Default)]
 struct Tracked {
     calls: VecDeque<Call>,
+    /// When the last call came (ns): it stays once the window has let every call go (a hang).
+    last_ns: u64,
     /// Where the step was found to show, when it was looked for (ns), the last mean measured
     /// (seconds) and the shortest mean measured.
     cadence: Option<Cadence>,
     looked_at: u64,
     seconds: Option<f64>,
     best_seconds: Option<f64>,
-    /// The longest time between two calls when it was looked for (ns): a loop that runs
-    /// ahead of the GPU for several steps, then waits for it in one sync, is quiet that long
-    /// every few steps without being slow.
-    quiet_ns: u64,
 }
 
 /// Each GPU process's recent calls across the boundary, and its step.
@@ -39,11 +37,12 @@ pub struct Steps {
 
 impl Steps {
     pub fn add(&mut self, pid: u32, call: Call) {
-        let calls = &mut self.processes.entry(pid).or_default().calls;
-        if calls.len() == CALLS_KEPT {
-            calls.pop_front();
+        let tracked = self.processes.entry(pid).or_default();
+        if tracked.calls.len() == CALLS_KEPT {
+            tracked.calls.pop_front();
         }
-        calls.push_back(call);
+        tracked.calls.push_back(call);
+        tracked.last_ns = call.ns;
     }
 
     /// Forgets the processes not in `keep`.
@@ -64,7 +63,7 @@ impl Steps {
     /// `pid`'s step at `now_ns`, looked for again when due.
     pub fn step(&mut self, pid: u32, now_ns: u64) -> Option<Step> {
         let tracked = self.processes.get_mut(&pid)?;
-        let last_ns = tracked.calls.back()?.ns;
+        let last_ns = tracked.last_ns;
         let since = now_ns.saturating_sub(WINDOW_NS);
         while tracked.calls.front().is_some_and(|c| c.ns < since) {
             tracked.calls.pop_front();
@@ -73,11 +72,6 @@ impl Steps {
         let calls = tracked.calls.make_contiguous();
         if due || tracked.cadence.is_none() {
             tracked.looked_at = now_ns;
-            tracked.quiet_ns = calls
-                .windows(2)
-                .map(|w| w[1].ns.saturating_sub(w[0].ns))
-                .max()
-                .unwrap_or(0);
             match cadence_of(calls) {
                 Some(found) => tracked.cadence = Some(found),
                 // The calls stopped (a hang): the last step found stands, the one in
@@ -93,8 +87,13 @@ impl Steps {
         }
         let seconds = tracked.seconds?;
         // The step in progress shows once the loop has been quiet longer than it ever is.
+        let longest_ns = calls
+            .windows(2)
+            .map(|w| w[1].ns.saturating_sub(w[0].ns))
+            .max()
+            .unwrap_or(0);
         let quiet_ns = now_ns.saturating_sub(last_ns);
-        let in_progress = if quiet_ns > tracked.quiet_ns {
+        let in_progress = if quiet_ns > longest_ns {
             quiet_ns as f64 / 1e9
         } else {
             0.0
@@ -148,9 +147,14 @@ mod tests {
         assert!((slow.seconds - 0.2).abs() < 2e-3, "{slow:?}");
         assert!((slow.best_seconds - 0.1).abs() < 1e-3);
         assert!((slow.behind_best() - 0.5).abs() < 0.01);
-        // No call for 30 s: the step in progress is 30 s long.
+        // No call for 30 s: the step in progress is 30 s long; and still after the window has
+        // let every call go.
         let stopped = steps.step(7, now + 30_000_000_000).unwrap();
         assert!((stopped.seconds - 30.05).abs() < 0.1, "{stopped:?}");
+        for later in [90, 91] {
+            let stopped = steps.step(7, now + later * 1_000_000_000).unwrap();
+            assert!((stopped.seconds - later as f64).abs() < 0.1, "{stopped:?}");
+        }
         // A process never seen, and one forgotten.
         assert_eq!(steps.step(8, now), None);
         steps.retain(&HashSet::new());
@@ -181,24 +185,23 @@ mod tests {
         assert!((stalled.seconds - 3.0).abs() < 0.01, "{stalled:?}");
     }
 
+    /// Adds `count` batches' uploads, `step_ms` apart, from `ns` on.
+    fn uploads(steps: &mut Steps, ns: &mut u64, count: usize, step_ms: u64) {
+        for _ in 0..count {
+            steps.add(7, call_at(*ns, UPLOAD, Role::Wait { upload: true }));
+            *ns += step_ms * MS;
+        }
+    }
+
     #[test]
     fn the_step_follows_a_loop_that_slows_down_between_searches() {
         // A minute of 100 ms steps, the step looked for; then 9 s of 300 ms steps: read before
         // the next search, the mean of the last minute, not the one found 9 s ago.
-        let mut steps = Steps::default();
-        let mut ns = 1_000 * MS;
-        for _ in 0..600 {
-            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
-            ns += 100 * MS;
-        }
+        let (mut steps, mut ns) = (Steps::default(), 1_000 * MS);
+        uploads(&mut steps, &mut ns, 600, 100);
         let found = steps.step(7, ns).unwrap();
         assert!((found.seconds - 0.1).abs() < 1e-3, "{found:?}");
-        let searched = ns;
-        for _ in 0..30 {
-            ns += 300 * MS;
-            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
-        }
-        assert!(ns - searched < REFRESH_NS);
+        uploads(&mut steps, &mut ns, 30, 300);
         let now = steps.step(7, ns).unwrap();
         // 51 s of 100 ms steps and 9 s of 300 ms ones: 540 steps in the minute.
         assert!((now.seconds - 60.0 / 540.0).abs() < 2e-3, "{now:?}");
@@ -209,17 +212,10 @@ mod tests {
     fn the_best_step_is_never_slower_than_the_step() {
         // 200 ms steps, the step looked for; then 9 s of 50 ms steps, read before the next
         // search: the mean of the minute is the best so far.
-        let mut steps = Steps::default();
-        let mut ns = 1_000 * MS;
-        for _ in 0..300 {
-            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
-            ns += 200 * MS;
-        }
+        let (mut steps, mut ns) = (Steps::default(), 1_000 * MS);
+        uploads(&mut steps, &mut ns, 300, 200);
         let slow = steps.step(7, ns).unwrap();
-        for _ in 0..180 {
-            ns += 50 * MS;
-            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
-        }
+        uploads(&mut steps, &mut ns, 180, 50);
         let faster = steps.step(7, ns).unwrap();
         assert!(faster.seconds < slow.seconds, "{faster:?} {slow:?}");
         assert_eq!(faster.best_seconds, faster.seconds);

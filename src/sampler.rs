@@ -27,7 +27,7 @@ pub struct Sampler {
     /// The node's name, for the `node` label.
     node: String,
     /// Which families the exposition serves.
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// Whether the next tick looks for the node's busiest processes (see
     /// [`Snapshot::culprits_wanted`]).
     culprits_wanted: bool,
@@ -46,7 +46,7 @@ impl Sampler {
             history,
             samples_total: 0,
             node: String::new(),
-            metrics: Metrics::default(),
+            metrics: Arc::default(),
             culprits_wanted: false,
             ras_wanted: Vec::new(),
         }
@@ -81,7 +81,7 @@ impl Sampler {
         Sampler {
             analyzer: Analyzer::new(config.analysis.clone()),
             node,
-            metrics: config.metrics.clone(),
+            metrics: Arc::new(config.metrics.clone()),
             ..Sampler::new(sources)
         }
     }
@@ -183,8 +183,12 @@ pub fn run(
         let tick_started = Instant::now();
         let snapshot = sampler.tick(tick_started - start);
         let tick_seconds = tick_started.elapsed().as_secs_f64();
-        let exposition =
-            exposition::render(&snapshot, tick_seconds, tick_started, &sampler.metrics);
+        let exposition = exposition::render(
+            snapshot,
+            tick_seconds,
+            tick_started,
+            sampler.metrics.clone(),
+        );
         publish.send_replace(Some(Arc::new(exposition)));
 
         let now = Instant::now();

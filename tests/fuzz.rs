@@ -183,6 +183,7 @@ fn process_and_cgroup_parsers() {
     });
     fuzz("status", &["Name:\tpython3\nCpus_allowed_list:\t0-3,8\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n"], |t| {
         let _ = procfs::parse_status(t);
+        let _ = procfs::parse_switches(t);
         let _ = procfs::parse_cpu_list(t);
     });
     fuzz(

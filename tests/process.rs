@@ -730,3 +730,42 @@ time.sleep(600)
         None
     );
 }
+
+#[test]
+fn workers_context_switches_are_read_every_few_seconds_and_shared_over_that_span() {
+    let work = TempDir::new("switches");
+    let fixtures = work.path().join("fixtures");
+    copy_tree(
+        &common::repo_root().join("tests/fixtures/process-v2"),
+        &fixtures,
+    );
+    // Between t0 and t1 worker 1010 waited 30 times (I/O) and 1011 was preempted 10 times.
+    for (worker, voluntary, involuntary) in [(1010, 40, 1), (1011, 10, 11)] {
+        let path = fixtures.join(format!("t1/proc/{worker}/status"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text
+            .replace(
+                "voluntary_ctxt_switches:\t10\nnon",
+                &format!("voluntary_ctxt_switches:\t{voluntary}\nnon"),
+            )
+            .replace(
+                "nonvoluntary_ctxt_switches:\t1\n",
+                &format!("nonvoluntary_ctxt_switches:\t{involuntary}\n"),
+            );
+        std::fs::write(&path, text).unwrap();
+    }
+    let share = |trees: &[&str]| {
+        let snapshot = sample_ticks(
+            work.path(),
+            &fixtures,
+            trees,
+            ProcessConfig::default(),
+            || node_with_gpu_process(1000, "python3"),
+        );
+        context(&snapshot).workers.voluntary_switch_share
+    };
+    // A second after the first reading the switches are not read again: no share yet.
+    assert_eq!(share(&["t0", "t1"]), None);
+    // Five seconds after, they are: 30 voluntary of 40 switches.
+    common::assert_close(share(&["t0", "t1", "t1", "t1", "t1", "t1"]), 0.75);
+}

@@ -15,7 +15,7 @@ mod process;
 mod verdict;
 
 use std::fmt::Write as _;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -111,30 +111,53 @@ impl Family {
     }
 }
 
-/// A published exposition: the finished families of one snapshot, and each format's page
-/// (without the scrape-time families and `# EOF`) rendered when first asked for, so a format
-/// nobody scrapes costs nothing.
+/// A published exposition: one snapshot, its families built when first asked for and each
+/// format's page (without the scrape-time families and `# EOF`) rendered from them when first
+/// asked for. A tick publishes one every second and Prometheus scrapes every 15 s or so: most
+/// are never rendered (building the families of a node of eight ranks, a thousand series of
+/// labels, was a tenth of the exporter's CPU when done at every tick).
 #[derive(Debug)]
 pub struct Exposition {
-    families: Vec<Family>,
+    snapshot: Snapshot,
+    tick_seconds: f64,
+    metrics: Arc<Metrics>,
+    families: OnceLock<Vec<Family>>,
     text: OnceLock<Page>,
     openmetrics: OnceLock<Page>,
     /// When the snapshot behind it was taken.
     pub sampled_at: Instant,
-    /// The verdicts of the same snapshot, for `/api/v1/diagnosis` (rendered only when asked).
-    pub verdicts: Vec<GpuVerdict>,
-    /// Whether the snapshot is the simulated node.
-    pub simulated: bool,
 }
 
 impl Exposition {
+    /// The verdicts of the snapshot, for `/api/v1/diagnosis` (rendered only when asked).
+    pub fn verdicts(&self) -> &[GpuVerdict] {
+        &self.snapshot.verdicts
+    }
+
+    /// Whether the snapshot is the simulated node.
+    pub fn simulated(&self) -> bool {
+        self.snapshot.simulated
+    }
+
+    /// The families served, built on first use.
+    fn families(&self) -> &[Family] {
+        self.families.get_or_init(|| {
+            let mut families = families(&self.snapshot, self.tick_seconds);
+            families.retain(|family| {
+                self.metrics
+                    .serves(family.def.name, &family.def.sample_name())
+            });
+            families
+        })
+    }
+
     /// The page of one format, rendered on first use.
     pub fn page(&self, format: Format) -> &Page {
         let cell = match format {
             Format::Text => &self.text,
             Format::OpenMetrics => &self.openmetrics,
         };
-        cell.get_or_init(|| Page::new(encode(&self.families, format)))
+        cell.get_or_init(|| Page::new(encode(self.families(), format)))
     }
 
     /// The full response body at time `now`: the page plus the sample age and HTTP counters
@@ -166,23 +189,22 @@ impl Exposition {
     }
 }
 
-/// Renders a snapshot's families, less those `metrics` excludes. `tick_seconds` is how long
-/// taking it lasted.
+/// The exposition of a snapshot, less the families `metrics` excludes (built when first
+/// scraped). `tick_seconds` is how long taking it lasted.
 pub fn render(
-    snapshot: &Snapshot,
+    snapshot: Snapshot,
     tick_seconds: f64,
     sampled_at: Instant,
-    metrics: &Metrics,
+    metrics: Arc<Metrics>,
 ) -> Exposition {
-    let mut families = families(snapshot, tick_seconds);
-    families.retain(|family| metrics.serves(family.def.name, &family.def.sample_name()));
     Exposition {
-        families,
+        snapshot,
+        tick_seconds,
+        metrics,
+        families: OnceLock::new(),
         text: OnceLock::new(),
         openmetrics: OnceLock::new(),
         sampled_at,
-        verdicts: snapshot.verdicts.clone(),
-        simulated: snapshot.simulated,
     }
 }
 
@@ -336,7 +358,7 @@ mod tests {
 
     #[test]
     fn classic_text_names_counters_with_total_in_type_line() {
-        let exposition = render(&snapshot(), 0.5, Instant::now(), &Metrics::default());
+        let exposition = render(snapshot(), 0.5, Instant::now(), Arc::default());
         let text = String::from_utf8(exposition.page(Format::Text).plain.to_vec()).unwrap();
         assert!(
             text.contains(
@@ -354,7 +376,7 @@ mod tests {
 
     #[test]
     fn openmetrics_has_family_names_units_and_eof() {
-        let exposition = render(&snapshot(), 0.5, Instant::now(), &Metrics::default());
+        let exposition = render(snapshot(), 0.5, Instant::now(), Arc::default());
         let body = String::from_utf8(exposition.body(
             Format::OpenMetrics,
             exposition.sampled_at,
@@ -374,7 +396,7 @@ mod tests {
 
     #[test]
     fn scrape_time_families_are_appended() {
-        let exposition = render(&snapshot(), 0.5, Instant::now(), &Metrics::default());
+        let exposition = render(snapshot(), 0.5, Instant::now(), Arc::default());
         let later = exposition.sampled_at + std::time::Duration::from_millis(2500);
         let mut http = HttpCounters {
             open_connections: 3,
@@ -398,7 +420,7 @@ mod tests {
         let metrics: Metrics =
             serde_saphyr::from_str("exclude: [gpu_exporter_source_.*, gpu_exporter_samples_total]")
                 .unwrap();
-        let exposition = render(&snapshot(), 0.5, Instant::now(), &metrics);
+        let exposition = render(snapshot(), 0.5, Instant::now(), Arc::new(metrics));
         assert!(exposition.openmetrics.get().is_none() && exposition.text.get().is_none());
         let text = String::from_utf8(exposition.body(
             Format::Text,

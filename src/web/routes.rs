@@ -101,7 +101,7 @@ async fn diagnosis(State(state): State<AppState>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "no sample taken yet\n").into_response();
     };
     let json = HeaderValue::from_static("application/json");
-    let body = report::diagnosis_json(&exposition.verdicts, exposition.simulated).to_string();
+    let body = report::diagnosis_json(exposition.verdicts(), exposition.simulated()).to_string();
     ([(header::CONTENT_TYPE, json)], body).into_response()
 }
 

@@ -197,7 +197,7 @@ pub fn render_pinned(snapshot: &gpu_bottleneck_exporter::snapshot::Snapshot) -> 
     for status in &mut snapshot.sources {
         status.duration_seconds = 0.001;
     }
-    let exposition = render(&snapshot, 0.002, Instant::now(), &Default::default());
+    let exposition = render(snapshot, 0.002, Instant::now(), Default::default());
     let pin = |format| {
         let body =
             String::from_utf8(exposition.body(format, exposition.sampled_at, &Default::default()))

@@ -78,35 +78,29 @@ const MARKS_RING_BYTES: u32 = 1 << 19;
 #[derive(Clone)]
 pub struct WaitsNow {
     maps: Arc<Maps>,
-    /// The processes whose driver is probed (updated every tick).
-    probed: Arc<Mutex<HashSet<u32>>>,
+    /// Per process whose driver is probed, the threads seen calling it (updated every tick).
+    probed: Arc<Mutex<HashMap<u32, Vec<u32>>>>,
 }
 
 impl WaitsNow {
     /// Whether thread `tid` of `pid` (the sampled one), and another of its threads, are inside
     /// a driver wait now; `None` for a process the probes do not watch (no driver mapped, or it
     /// could not be probed): the stacks then infer from the line.
+    ///
+    /// A lookup per thread that calls the driver (a handful), not a walk of the map: the walk
+    /// visits every bucket of it (16,384, some 25 µs) and a stack sample asks up to ten times
+    /// a second per process.
     pub fn view(&self, pid: u32, tid: u32) -> Option<DriverView> {
         let probed = self.probed.lock().unwrap_or_else(|p| p.into_inner());
-        if !probed.contains(&pid) {
-            return None;
-        }
-        let mut view = DriverView::default();
-        // A handful of entries: the threads of the GPU processes inside a wait right now.
-        for (key, _) in self.maps.starts.entries() {
-            let word = |i: usize| {
-                key.get(i..i + 4)
-                    .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or_default()))
-            };
-            let (Some(waiting), Some(owner)) = (word(0), word(4)) else {
-                continue;
-            };
-            if owner == pid {
-                view.thread_waits |= waiting == tid;
-                view.other_waits |= waiting != tid;
-            }
-        }
-        Some(view)
+        let callers = probed.get(&pid)?;
+        let waits = |thread: u32| {
+            let pid_tgid = (u64::from(pid) << 32) | u64::from(thread);
+            self.maps.starts.get(&pid_tgid.to_ne_bytes()).is_some()
+        };
+        Some(DriverView {
+            thread_waits: waits(tid),
+            other_waits: callers.iter().any(|&t| t != tid && waits(t)),
+        })
     }
 }
 
@@ -218,8 +212,9 @@ pub struct CudaSource {
     /// NVML lists holds a context, so its driver is mapped by then, and NCCL with PyTorch (a
     /// rank's maps run to thousands of lines: not re-read every tick).
     libraries_of: HashMap<u32, Vec<MappedLibrary>>,
-    /// The GPU processes mapping a probed driver, shared with [`WaitsNow`].
-    probed: Arc<Mutex<HashSet<u32>>>,
+    /// The GPU processes mapping a probed driver and the threads seen calling it, shared
+    /// with [`WaitsNow`].
+    probed: Arc<Mutex<HashMap<u32, Vec<u32>>>>,
     previous: Option<(Reading, Reading, Duration)>,
     launch_windows: Arc<Mutex<LaunchWindows>>,
     /// How often a launch window opens, on average.
@@ -321,8 +316,13 @@ impl CudaSource {
     }
 
     /// Attaches the driver files the GPU processes map that are not attached yet, and lets
-    /// go of those none maps any more.
-    fn track_libraries(&mut self, pmu: UprobePmu, maps: &Maps, pids: &BTreeSet<u32>) {
+    /// go of those none maps any more; the processes whose driver is probed.
+    fn track_libraries(
+        &mut self,
+        pmu: UprobePmu,
+        maps: &Maps,
+        pids: &BTreeSet<u32>,
+    ) -> HashSet<u32> {
         let mut mapped = HashSet::new();
         let mut probed = HashSet::new();
         self.libraries_of.retain(|pid, _| pids.contains(pid));
@@ -377,7 +377,6 @@ impl CudaSource {
                 .name("cuda-detach".into())
                 .spawn(move || drop(gone));
         }
-        *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = probed;
         let targets = self
             .libraries
             .values()
@@ -388,7 +387,37 @@ impl CudaSource {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .targets = targets;
+        probed
     }
+}
+
+/// Per process whose driver is probed, the threads that called it, waited in it, or wait in
+/// it now (a first wait has no count yet): those a stack sample's question looks up.
+fn threads_calling(
+    probed: &HashSet<u32>,
+    counts: &Reading,
+    waits: &Reading,
+    starts: &Map,
+) -> HashMap<u32, Vec<u32>> {
+    let mut callers: HashMap<u32, Vec<u32>> = probed.iter().map(|&pid| (pid, Vec::new())).collect();
+    let inside = starts.entries().into_iter().filter_map(|(key, _)| {
+        let pid_tgid = u64::from_ne_bytes(key.get(..8)?.try_into().ok()?);
+        Some(((pid_tgid >> 32) as u32, pid_tgid as u32))
+    });
+    let called = counts
+        .keys()
+        .chain(waits.keys())
+        .map(|&(pid, tid, _)| (pid, tid));
+    for (pid, tid) in called.chain(inside) {
+        if let Some(threads) = callers.get_mut(&pid) {
+            threads.push(tid);
+        }
+    }
+    for threads in callers.values_mut() {
+        threads.sort_unstable();
+        threads.dedup();
+    }
+    callers
 }
 
 /// What the launch rates of the next window are measured against.
@@ -417,7 +446,7 @@ impl Source for CudaSource {
             }
         };
         let pids = snapshot.gpu_pids();
-        self.track_libraries(pmu, &maps, &pids);
+        let probed = self.track_libraries(pmu, &maps, &pids);
         if self.launch_baseline.is_none() {
             start_launch_windows(
                 pmu,
@@ -435,6 +464,8 @@ impl Source for CudaSource {
         let counts = read_map(&maps.counts, Some(&keep));
         let waits = read_map(&maps.waits, Some(&keep));
         let waits_began = per_process(&maps.starts, Some(&keep), u64::min);
+        let callers = threads_calling(&probed, &counts, &waits, &maps.starts);
+        *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = callers;
         // A launch open when its window closed stays in the map: those of exited processes go.
         per_process(&maps.launch_starts, Some(&keep), u64::min);
         self.count_launches(&counts, now, &keep);

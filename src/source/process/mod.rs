@@ -77,14 +77,20 @@ fn parse_stat_of(path: &Path, text: &str) -> Result<Stat, ReadError> {
 /// The signal `/proc/<pid>/io` feeds, named as `gpu_exporter_signal_supported` labels it.
 pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 
+/// How often a worker's context switches are read: they come from its `status`, the
+/// costliest of its files (1.4 KiB the kernel formats, half of what a worker's reads cost on
+/// a tick), and only their window's share of voluntary switches is used.
+const SWITCHES_EVERY: Duration = Duration::from_secs(5);
+
 /// CPU and I/O counters of one task, kept between ticks.
 #[derive(Debug, Clone, Copy, Default)]
 struct Ticks {
     cpu: u64,
     /// The part of `cpu` spent in the kernel (system calls: reads, receives, page faults).
     system: u64,
-    /// Voluntary and involuntary context switches of the main thread (read for workers only).
-    switches: Option<(u64, u64)>,
+    /// Voluntary and involuntary context switches, and when they were read (for workers only,
+    /// every [`SWITCHES_EVERY`]).
+    switches: Option<(u64, u64, Duration)>,
     blkio: u64,
     read_bytes: Option<u64>,
     /// Nanoseconds the task waited for a CPU (`None` where schedstat is absent).
@@ -359,23 +365,28 @@ impl ProcessSource {
             nodes.extend(self.numa_node_of(stat.processor));
             let key = (worker, stat.starttime);
             let mut ticks = self.read_ticks(worker, &stat);
+            let before = self.since(key, now);
             // Why a worker gave up its CPU: waiting for I/O (voluntary) or preempted while
-            // computing (involuntary); its waits for a CPU follow the same split.
-            ticks.switches = self
-                .kept
-                .read(&self.proc_path(worker, "status"))
-                .ok()
-                .and_then(|text| procfs::parse_status(&text).ok())
-                .map(|s| (s.voluntary_switches, s.involuntary_switches));
-            match self.since(key, now) {
+            // computing (involuntary); its waits for a CPU follow the same split. Read every
+            // few seconds; a tick in between carries the last reading.
+            let last = before.and_then(|(_, b)| b.switches);
+            ticks.switches = match last {
+                Some((.., at)) if now.saturating_sub(at) < SWITCHES_EVERY => last,
+                _ => {
+                    let read = self.kept.read(&self.proc_path(worker, "status")).ok();
+                    let switches = read.as_deref().and_then(procfs::parse_switches);
+                    if let (Some((v, i)), Some((v0, i0, _))) = (switches, last) {
+                        voluntary += v.saturating_sub(v0);
+                        involuntary += i.saturating_sub(i0);
+                    }
+                    switches.map(|(v, i)| (v, i, now))
+                }
+            };
+            match before {
                 Some((seconds, before)) => {
                     let cores = ticks.cpu.saturating_sub(before.cpu) as f64 / USER_HZ / seconds;
                     cpu += cores;
                     system += ticks.system.saturating_sub(before.system) as f64 / USER_HZ / seconds;
-                    if let (Some((v, i)), Some((v0, i0))) = (ticks.switches, before.switches) {
-                        voluntary += v.saturating_sub(v0);
-                        involuntary += i.saturating_sub(i0);
-                    }
                     max_cpu = Some(max_cpu.map_or(cores, |m| m.max(cores)));
                     blkio += ticks.blkio.saturating_sub(before.blkio) as f64 / USER_HZ / seconds;
                     waiting = waiting

@@ -75,29 +75,57 @@ pub struct Status {
 
 /// Parses `/proc/<pid>/status`; every field used is required.
 pub fn parse_status(text: &str) -> Result<Status, String> {
-    let value = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .map(str::trim)
-            .ok_or_else(|| format!("no {key}"))
-    };
-    let count = |key: &str| -> Result<u64, String> {
-        let text = value(key)?;
+    // One pass over the ~55 lines (this is read for every rank on every tick).
+    let (mut voluntary, mut involuntary, mut cpus) = (None, None, None);
+    let mut status = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "voluntary_ctxt_switches" => voluntary = Some(value),
+            "nonvoluntary_ctxt_switches" => involuntary = Some(value),
+            "Cpus_allowed_list" => cpus = Some(value),
+            "Uid" => status.uid = value.split_whitespace().next().and_then(|u| u.parse().ok()),
+            "VmRSS" => {
+                status.resident_bytes = value
+                    .strip_suffix("kB")
+                    .and_then(|kib| kib.trim().parse::<u64>().ok())
+                    .map(|kib| kib * 1024)
+            }
+            _ => {}
+        }
+    }
+    let count = |key: &str, text: Option<&str>| -> Result<u64, String> {
+        let text = text.ok_or_else(|| format!("no {key}"))?;
         text.parse()
             .map_err(|_| format!("{key} is not a number: {text:?}"))
     };
-    Ok(Status {
-        voluntary_switches: count("voluntary_ctxt_switches")?,
-        involuntary_switches: count("nonvoluntary_ctxt_switches")?,
-        allowed_cpus: parse_cpu_list(value("Cpus_allowed_list")?)?,
-        uid: value("Uid")
-            .ok()
-            .and_then(|ids| ids.split_whitespace().next()?.parse().ok()),
-        resident_bytes: value("VmRSS").ok().and_then(|rss| {
-            let kib: u64 = rss.strip_suffix("kB")?.trim().parse().ok()?;
-            Some(kib * 1024)
-        }),
-    })
+    status.voluntary_switches = count("voluntary_ctxt_switches", voluntary)?;
+    status.involuntary_switches = count("nonvoluntary_ctxt_switches", involuntary)?;
+    status.allowed_cpus = parse_cpu_list(cpus.ok_or("no Cpus_allowed_list")?)?;
+    Ok(status)
+}
+
+/// The (voluntary, involuntary) context switches of `/proc/<pid>/status`, searched from its
+/// end, where the kernel writes them (followed on some kernels by a few lines of x86 thread
+/// features).
+pub fn parse_switches(text: &str) -> Option<(u64, u64)> {
+    let (mut voluntary, mut involuntary) = (None, None);
+    for line in text.lines().rev() {
+        if let Some((key, value)) = line.split_once(':') {
+            match key {
+                "voluntary_ctxt_switches" => voluntary = value.trim().parse().ok(),
+                "nonvoluntary_ctxt_switches" => involuntary = value.trim().parse().ok(),
+                _ => {}
+            }
+        }
+        if voluntary.is_some() && involuntary.is_some() {
+            break;
+        }
+    }
+    voluntary.zip(involuntary)
 }
 
 /// The boot time in seconds since the epoch, from the `btime` line of `/proc/stat`.
@@ -205,6 +233,20 @@ mod tests {
             "Cpus_allowed_list:\t0\nvoluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"
         )
         .is_err());
+    }
+
+    #[test]
+    fn switches_alone_are_read_from_the_end() {
+        let text = "Name:\tpt_data_worker\nCpus_allowed_list:\t0-3\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\nx86_Thread_features:\t\nx86_Thread_features_locked:\t\n";
+        assert_eq!(parse_switches(text), Some((150, 7)));
+        assert_eq!(
+            parse_switches("Name:\tx\nvoluntary_ctxt_switches:\t1\n"),
+            None
+        );
+        assert_eq!(
+            parse_switches("voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"),
+            None
+        );
     }
 
     #[test]

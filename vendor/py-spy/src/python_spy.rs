@@ -20,7 +20,7 @@ use crate::python_data_access::format_variable;
 use crate::python_interpreters::{InterpreterState, ThreadState};
 use crate::python_process_info::{get_python_version, PythonProcessInfo, PythonProcessLayout};
 use crate::python_threading::thread_name_lookup;
-use crate::stack_trace::{get_gil_threadid, get_stack_trace, StackTrace};
+use crate::stack_trace::{get_gil_threadid, get_stack_trace, CodeCache, StackTrace};
 use crate::version::Version;
 
 /// Lets you retrieve stack traces of a running python program
@@ -42,6 +42,10 @@ pub struct PythonSpy {
     /// With `main_thread_only`: another thread to sample instead of the main one (its OS
     /// thread id), set with [`PythonSpy::follow_thread`].
     followed_thread: Option<u64>,
+    /// With `main_thread_only`: the texts of the code objects unwound so far.
+    code_cache: CodeCache,
+    /// With `main_thread_only`: the sampled thread's stat file, kept open.
+    sampled_stat: Option<(Tid, std::fs::File)>,
     #[cfg(target_os = "linux")]
     pub dockerized: bool,
 }
@@ -97,6 +101,8 @@ impl PythonSpy {
             thread_name_lookup_time: Instant::now(),
             main_thread_state: None,
             followed_thread: None,
+            code_cache: CodeCache::default(),
+            sampled_stat: None,
         })
     }
 
@@ -203,6 +209,29 @@ impl PythonSpy {
         self.followed_thread = tid.filter(|t| *t != self.process.pid as u64);
     }
 
+    /// With `main_thread_only`: whether the sampled thread is running (R), from its own stat
+    /// file (`/proc/<pid>/task/<tid>/stat`, kept open and read from offset 0 each time). The
+    /// process's `/proc/<pid>/stat`, which `remoteprocess::Thread::active` opens for the main
+    /// thread, adds up the times of every thread (a training rank has 100-200): a sixth of a
+    /// sample's cost.
+    fn sampled_thread_active(&mut self, tid: Tid) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        if self.sampled_stat.as_ref().map(|(t, _)| *t) != Some(tid) {
+            let path = format!("/proc/{}/task/{}/stat", self.process.pid, tid);
+            self.sampled_stat = Some((tid, std::fs::File::open(path).ok()?));
+        }
+        let mut text = [0u8; 512];
+        let read = self.sampled_stat.as_ref()?.1.read_at(&mut text, 0);
+        let Ok(length) = read else {
+            // The thread exited: its descriptor answers ESRCH for good.
+            self.sampled_stat = None;
+            return None;
+        };
+        let text = &text[..length];
+        let close = text.iter().rposition(|&b| b == b')')?;
+        Some(text.get(close + 2) == Some(&b'R'))
+    }
+
     // implementation of get_stack_traces, where we have a type for the InterpreterState
     fn _get_stack_traces<I: InterpreterState>(&mut self) -> Result<Vec<StackTrace>, Error> {
         // Query the OS to get if each thread in the process is running or not
@@ -215,8 +244,7 @@ impl PythonSpy {
             let tid = self
                 .followed_thread
                 .map_or(self.process.pid as Tid, |t| t as Tid);
-            let sampled = remoteprocess::Thread::new(tid)?;
-            if let Ok(active) = sampled.active() {
+            if let Some(active) = self.sampled_thread_active(tid) {
                 thread_activity.insert(tid, active);
             }
         } else {
@@ -306,6 +334,9 @@ impl PythonSpy {
                 &self.process,
                 self.config.dump_locals > 0,
                 self.config.lineno,
+                self.config
+                    .main_thread_only
+                    .then_some(&mut self.code_cache),
             )
             .with_context(|| {
                 format!(

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Error, Result};
@@ -96,7 +97,7 @@ where
             .copy_pointer(threads)
             .context("Failed to copy PyThreadState")?;
 
-        let mut trace = get_stack_trace(&thread, process, dump_locals > 0, lineno)?;
+        let mut trace = get_stack_trace(&thread, process, dump_locals > 0, lineno, None)?;
         trace.owns_gil = trace.thread_id == gil_thread_id;
 
         ret.push(trace);
@@ -115,6 +116,7 @@ pub fn get_stack_trace<T, P>(
     process: &P,
     copy_locals: bool,
     lineno: LineNo,
+    mut cache: Option<&mut CodeCache>,
 ) -> Result<StackTrace, Error>
 where
     T: ThreadState,
@@ -161,25 +163,15 @@ where
             .copy_pointer(frame.code())
             .context("Failed to copy PyCodeObject")?;
 
-        let filename = copy_string(code.filename(), process).context("Failed to copy filename");
-
-        // Try to get qualname first (available in Python 3.11+), fall back to name
-        let name = match code.qualname() {
-            Some(qualname_ptr) => {
-                copy_string(qualname_ptr, process).or_else(|_| copy_string(code.name(), process))
-            }
-            None => copy_string(code.name(), process),
-        }
-        .context("Failed to copy function name");
-
         // Guards against torn reads while sampling without pausing the process.
-        if filename.is_err() || name.is_err() {
+        let Ok(texts) = code_texts(frame.code() as usize, &code, process, lineno, cache.as_deref_mut())
+        else {
             frame_ptr = frame.back();
             set_last_frame_as_shim_entry(&mut frames);
             continue;
-        }
-        let filename = filename?;
-        let name = name?;
+        };
+        let filename = texts.filename.clone();
+        let name = texts.name.clone();
 
         // skip <shim> entries in python 3.13+
         // Unset file/function name in py3.13 means this is a shim.
@@ -192,8 +184,8 @@ where
         let line = match lineno {
             LineNo::NoLine => 0,
             LineNo::First => code.first_lineno(),
-            LineNo::LastInstruction => match get_line_number(&code, frame.lasti(), process) {
-                Ok(line) => line,
+            LineNo::LastInstruction => match &texts.line_table {
+                Ok(table) => code.get_line_number(frame.lasti(), table),
                 Err(e) => {
                     // Failling to get the line number really shouldn't be fatal here, but
                     // can happen in extreme cases (https://github.com/benfred/py-spy/issues/164)
@@ -271,7 +263,77 @@ impl StackTrace {
     }
 }
 
+/// The texts of a code object a frame shows: its file and function names and its line table.
+pub struct CodeTexts {
+    filename: String,
+    name: String,
+    /// The line table, or why it could not be read (the frame is still shown, at line 0).
+    line_table: Result<Vec<u8>, String>,
+}
+
+/// What a sampler keeps of the code objects it has unwound (added for the exporter): their
+/// texts, six of a frame's eight reads of the process's memory. Keyed by the addresses of the
+/// code object and of the four objects the texts come from (file name, qualified name, name,
+/// line table): CPython's strings and bytes are immutable and the code object holds them
+/// alive, so an entry goes stale only if all five were freed and new ones made at the same
+/// addresses. Cleared when it reaches `CODE_CACHE_ENTRIES`.
+#[derive(Default)]
+pub struct CodeCache {
+    entries: HashMap<[usize; 5], Arc<CodeTexts>>,
+}
+
+const CODE_CACHE_ENTRIES: usize = 8192;
+
+/// The texts of `code` (read from `code_address`), from `cache` where given and known.
+fn code_texts<C: CodeObject, P: ProcessMemory>(
+    code_address: usize,
+    code: &C,
+    process: &P,
+    lineno: LineNo,
+    cache: Option<&mut CodeCache>,
+) -> Result<Arc<CodeTexts>, Error> {
+    let key = [
+        code_address,
+        code.filename() as usize,
+        code.qualname().map_or(0, |q| q as usize),
+        code.name() as usize,
+        code.line_table() as usize,
+    ];
+    if let Some(texts) = cache.as_ref().and_then(|c| c.entries.get(&key)) {
+        return Ok(texts.clone());
+    }
+    let filename = copy_string(code.filename(), process).context("Failed to copy filename")?;
+    // Try to get qualname first (available in Python 3.11+), fall back to name
+    let name = match code.qualname() {
+        Some(qualname_ptr) => {
+            copy_string(qualname_ptr, process).or_else(|_| copy_string(code.name(), process))
+        }
+        None => copy_string(code.name(), process),
+    }
+    .context("Failed to copy function name")?;
+    let line_table = match lineno {
+        LineNo::LastInstruction => copy_bytes(code.line_table(), process)
+            .context("Failed to copy line number table")
+            .map_err(|e| e.to_string()),
+        _ => Ok(Vec::new()),
+    };
+    let texts = Arc::new(CodeTexts {
+        filename,
+        name,
+        line_table,
+    });
+    // A table that could not be read is asked again next time.
+    if let (Some(cache), true) = (cache, texts.line_table.is_ok()) {
+        if cache.entries.len() >= CODE_CACHE_ENTRIES {
+            cache.entries.clear();
+        }
+        cache.entries.insert(key, texts.clone());
+    }
+    Ok(texts)
+}
+
 /// Returns the line number from a PyCodeObject (given the lasti index from a PyFrameObject)
+#[cfg(test)]
 fn get_line_number<C: CodeObject, P: ProcessMemory>(
     code: &C,
     lasti: i32,

@@ -61,8 +61,13 @@ use crate::snapshot::{Collective, DriverView, Snapshot};
 /// The signal `gpu_exporter_signal_supported` reports when the probes are refused.
 pub const CUDA_SIGNAL: &str = "cuda_probes";
 
-/// Entries each map holds: (process, thread, probe) keys of the GPU processes.
+/// Entries each counting map holds: (process, thread, probe) keys of the GPU processes.
 const MAP_ENTRIES: u32 = 16384;
+
+/// Entries each per-thread map holds (a thread inside a wait or a held launch now): a node's
+/// GPU processes have a few driving threads each. Smaller than the counting maps because a
+/// tick walks them and a walk visits every bucket (16,384 buckets: some 25 µs).
+const THREAD_ENTRIES: u32 = 4096;
 
 /// A kernel launch that took this long waited for room in the launch queue: an unqueued
 /// launch returns in microseconds (a few on bare metal, with the probes' traps some 30 on
@@ -87,8 +92,8 @@ impl WaitsNow {
     /// a driver wait now; `None` for a process the probes do not watch (no driver mapped, or it
     /// could not be probed): the stacks then infer from the line.
     ///
-    /// A lookup per thread that calls the driver (a handful), not a walk of the map: the walk
-    /// visits every bucket of it (16,384, some 25 µs) and a stack sample asks up to ten times
+    /// A lookup per thread that calls the driver (a handful), not a walk of the map: a walk
+    /// visits every bucket of it (4,096: some 6 µs) and a stack sample asks up to eight times
     /// a second per process.
     pub fn view(&self, pid: u32, tid: u32) -> Option<DriverView> {
         let probed = self.probed.lock().unwrap_or_else(|p| p.into_inner());
@@ -238,10 +243,10 @@ impl CudaSource {
         let setup = (|| {
             let maps = Maps {
                 counts: Map::hash(16, 16, MAP_ENTRIES)?,
-                starts: Map::hash(8, 16, MAP_ENTRIES)?,
-                launch_starts: Map::hash(8, 16, MAP_ENTRIES)?,
-                held_first: Map::hash(8, 8, MAP_ENTRIES)?,
-                held_last: Map::hash(8, 8, MAP_ENTRIES)?,
+                starts: Map::hash(8, 16, THREAD_ENTRIES)?,
+                launch_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
+                held_first: Map::hash(8, 8, THREAD_ENTRIES)?,
+                held_last: Map::hash(8, 8, THREAD_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
                 marks: Ring::new(MARKS_RING_BYTES)
                     .inspect_err(|e| {

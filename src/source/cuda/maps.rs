@@ -29,7 +29,17 @@ pub fn per_process(
     keep: Option<&HashSet<u32>>,
     pick: fn(u64, u64) -> u64,
 ) -> HashMap<u32, u64> {
+    per_process_and_threads(map, keep, pick).0
+}
+
+/// [`per_process`], and the (process, thread) of every entry kept, from the same walk.
+pub fn per_process_and_threads(
+    map: &Map,
+    keep: Option<&HashSet<u32>>,
+    pick: fn(u64, u64) -> u64,
+) -> (HashMap<u32, u64>, Vec<(u32, u32)>) {
     let mut picked: HashMap<u32, u64> = HashMap::new();
+    let mut threads = Vec::new();
     for (key, value) in map.entries() {
         let word = |bytes: &[u8]| Some(u64::from_ne_bytes(bytes.get(0..8)?.try_into().ok()?));
         let (Some(pid_tgid), Some(ns)) = (word(&key), word(&value)) else {
@@ -40,10 +50,11 @@ pub fn per_process(
             map.delete(&key);
             continue;
         }
+        threads.push((pid, pid_tgid as u32));
         let entry = picked.entry(pid).or_insert(ns);
         *entry = pick(*entry, ns);
     }
-    picked
+    (picked, threads)
 }
 
 /// Every entry of a map, decoded (a collective's entries per datatype added up); entries of

@@ -47,7 +47,7 @@ use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
 use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
-use self::maps::{per_process, read_map, Maps};
+use self::maps::{per_process, per_process_and_threads, read_map, Maps};
 use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
 pub use self::readings::{fold, launches_between};
@@ -402,18 +402,14 @@ fn threads_calling(
     probed: &HashSet<u32>,
     counts: &Reading,
     waits: &Reading,
-    starts: &Map,
+    inside: &[(u32, u32)],
 ) -> HashMap<u32, Vec<u32>> {
     let mut callers: HashMap<u32, Vec<u32>> = probed.iter().map(|&pid| (pid, Vec::new())).collect();
-    let inside = starts.entries().into_iter().filter_map(|(key, _)| {
-        let pid_tgid = u64::from_ne_bytes(key.get(..8)?.try_into().ok()?);
-        Some(((pid_tgid >> 32) as u32, pid_tgid as u32))
-    });
     let called = counts
         .keys()
         .chain(waits.keys())
         .map(|&(pid, tid, _)| (pid, tid));
-    for (pid, tid) in called.chain(inside) {
+    for (pid, tid) in called.chain(inside.iter().copied()) {
         if let Some(threads) = callers.get_mut(&pid) {
             threads.push(tid);
         }
@@ -468,8 +464,8 @@ impl Source for CudaSource {
         let keep: HashSet<u32> = pids.iter().copied().collect();
         let counts = read_map(&maps.counts, Some(&keep));
         let waits = read_map(&maps.waits, Some(&keep));
-        let waits_began = per_process(&maps.starts, Some(&keep), u64::min);
-        let callers = threads_calling(&probed, &counts, &waits, &maps.starts);
+        let (waits_began, inside) = per_process_and_threads(&maps.starts, Some(&keep), u64::min);
+        let callers = threads_calling(&probed, &counts, &waits, &inside);
         *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = callers;
         // A launch open when its window closed stays in the map: those of exited processes go.
         per_process(&maps.launch_starts, Some(&keep), u64::min);

@@ -331,6 +331,47 @@ class RealGPU:
         self._held.clear()
 
 
+class RealKernels:
+    """The emulated torch's two kernel calls (`torch._C._forward`, `torch._C._launch`) with CUDA
+    PyTorch, so that torch_loop's loops run on a real GPU: kernels sized to the durations asked
+    (RealGPU's calibrated matmuls, or tiny kernels where few SMs are asked), and a loss whose
+    backward is a real autograd Function, so that it runs on the engine's device thread with its
+    hook before each backward kernel, as the emulated one does."""
+
+    def __init__(self, torch, index):
+        self.gpu = gpu = RealGPU(index)
+        # A parameter, so that the loss has a backward for the engine to run.
+        self.weight = torch.zeros(1, device=gpu.device, requires_grad=True)
+
+        class Step(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, weight, cost, backward):
+                ctx.backward = backward
+                for _ in range(cost["count"]):
+                    gpu.launch(cost["seconds"], sm=cost["sm"])
+                # Not from x's values: a batch of torch.empty may hold NaNs, and the NaN check
+                # would stop the loop.
+                return weight.sum() + 1.0
+
+            @staticmethod
+            def backward(ctx, grad):
+                seconds, count, sm, hook = ctx.backward
+                for _ in range(count):
+                    if hook is not None:
+                        hook()
+                    gpu.launch(seconds, sm=sm)
+                return None, grad.expand(1), None, None
+
+        self._step = Step
+
+    def _forward(self, x, seconds, sm=1.0, tensor=0.0, dram=0.3, count=1, backward_seconds=0.0, backward_count=0, backward_hook=None):
+        cost = {"seconds": seconds, "sm": sm, "count": count}
+        return self._step.apply(x, self.weight, cost, (backward_seconds, backward_count, sm, backward_hook))
+
+    def _launch(self, seconds, sm=1.0, dram=0.3):
+        self.gpu.launch(seconds, sm=sm, dram=dram)
+
+
 def _set_blocking_sync(index):
     """cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) before the context exists: PyTorch has
     no switch for it, the CUDA runtime it loads does."""

@@ -1,37 +1,121 @@
 #!/usr/bin/env bash
-# The workload suite on a real NVIDIA GPU with CUDA PyTorch, as one bounded run: what a device
-# session executes (about 8 minutes on one GPU; workloads needing more GPUs are skipped).
+# The exporter on a real NVIDIA GPU with CUDA PyTorch, as one bounded run: what a device session
+# executes (about 7 minutes on one GPU; workloads needing more GPUs are skipped).
 #   bash workloads/real_gpu.sh [path/to/gpu-bottleneck-exporter]
-# Writes the table and the rows to $OUT (or /tmp). Reads only: no clock, power or mode changes.
-set -euo pipefail
+# 1. The real NVML and the probes on the real libcuda and libnccl: one exporter, two loops
+#    (a NaN check every step, a sync no Python frame names; a one-rank NCCL job), and what
+#    /metrics and the diagnosis say of each.
+# 2. The named workloads that fit one GPU, ordered by what they test of issue 28, for as long
+#    as SUITE_SECONDS allows (the rows are saved after each).
+# Writes summary.txt and real-gpu.tgz (every log) to $OUT (or /tmp). Reads only: no clock,
+# power or mode changes.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-exporter=${1:-target/release/gpu-bottleneck-exporter}
-nvidia-smi -L
-python3 -c "import torch, PIL; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-PYTHONUNBUFFERED=1 timeout 540 python3 workloads/run.py --real --exporter "$exporter" \
-  --seconds 30 --window 15 --min-duration 5 --json "$out/real-suite.json" 2>&1 | tee "$out/real-suite.log"
+exporter=$(realpath "${1:-target/release/gpu-bottleneck-exporter}")
+work=$(mktemp -d /tmp/real-gpu-XXXX)
+summary="$out/summary.txt"
+exec > >(tee -a "$summary") 2>&1
 
-# The CUDA probes on the real driver: one real loop with a NaN check every step (a sync no
-# Python frame names) under an exporter with the real NVML, and the probes' series for it.
-# Launches and waits above zero say the real libcuda's entry points are the ones probed.
+echo "== node"
+nvidia-smi -L
+nvidia-smi --query-gpu=driver_version,pstate,clocks.sm,power.draw --format=csv,noheader
+uname -r
+grep -E '^Cap(Eff|Bnd)' /proc/self/status
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'nccl', torch.cuda.nccl.version())"
+
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-printf 'listen_address: 127.0.0.1:%s\nsample_interval: 1s\n' "$port" >"$out/probe-config.yaml"
-"$exporter" --config "$out/probe-config.yaml" >"$out/probe-exporter.log" 2>&1 &
+cat >"$work/config.yaml" <<EOF
+listen_address: 127.0.0.1:$port
+sample_interval: 1s
+sources:
+  kubernetes: {enabled: false}
+  stacks: {window: 12s}
+analysis:
+  window: 12s
+  min_duration: 4s
+EOF
+"$exporter" --config "$work/config.yaml" >"$work/exporter.log" 2>&1 &
 exporter_pid=$!
-timeout 60 python3 workloads/torch_loop.py --real --spec '{"sync": "nan_check", "host_seconds": 0.025}' \
-  --seconds 40 >"$out/probe-loop.log" 2>&1 &
-loop_pid=$!
-sleep 30
-python3 - "$port" <<'PY' | tee "$out/probe-series.txt"
+sleep 3
+
+# What the exporter serves of the GPU processes' probes, and its verdicts, now.
+scrape() {
+    python3 - "$port" "$1" <<'PY'
 import json, sys, urllib.request
-base = f"http://127.0.0.1:{sys.argv[1]}"
+base, what = f"http://127.0.0.1:{sys.argv[1]}", sys.argv[2]
 text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
-for line in text.splitlines():
-    if line.startswith(("gpu_process_cuda", 'gpu_exporter_signal_supported{signal="cuda_probes"')):
+with open(f"{what}.metrics", "w") as f:
+    f.write(text)
+series = [l for l in text.splitlines() if l and not l.startswith("#")]
+print(f"-- {what}: {len(series)} series")
+for line in series:
+    if line.startswith(("gpu_exporter_signal_supported", "gpu_process_cuda", "gpu_process_nccl", "gpu_process_step", "gpu_exporter_source_errors")):
         print(line)
 for gpu in json.load(urllib.request.urlopen(base + "/api/v1/diagnosis", timeout=10))["gpus"]:
-    print(f"GPU {gpu['gpu']}: {gpu['primary']} ({gpu['basis']}): {gpu['lost_time']['summary'] if gpu.get('lost_time') else ''}")
+    lost = gpu.get("lost_time") or {}
+    print(f"GPU {gpu['gpu']}: {gpu['primary']} ({gpu.get('basis')}): {lost.get('summary', '')}")
 PY
-wait "$loop_pid" || true
-kill "$exporter_pid" || true
+}
+
+echo "== 1a. a NaN check every step (HF Trainer's), CUDA's default spin wait"
+cd "$work" && scrape idle; cd - >/dev/null
+timeout 60 python3 workloads/torch_loop.py --real --data "$work/data" \
+    --spec '{"sync": "nan_check", "host_seconds": 0.025}' --seconds 35 >"$work/nan-loop.log" 2>&1 &
+loop_pid=$!
+sleep 30
+cd "$work" && scrape nan_check; cd - >/dev/null
+wait "$loop_pid"; echo "loop exit $?"; tail -3 "$work/nan-loop.log"
+
+echo "== 1b. one NCCL rank: all-reduce every step, the host waiting in loss.item()"
+cat >"$work/nccl_rank.py" <<'PY'
+import sys, time
+import torch
+import torch.distributed as dist
+
+torch.cuda.set_device(0)
+dist.init_process_group("nccl", init_method=f"file://{sys.argv[1]}", rank=0, world_size=1)
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+gradients = torch.zeros(64 << 20, device="cuda")
+steps, deadline = 0, time.time() + float(sys.argv[2])
+while time.time() < deadline:
+    for _ in range(8):
+        b = a @ a
+    dist.all_reduce(gradients)
+    loss = b.float().mean().item()
+    steps += 1
+print("steps", steps)
+dist.destroy_process_group()
+PY
+timeout 60 python3 "$work/nccl_rank.py" "$work/store" 30 >"$work/nccl-rank.log" 2>&1 &
+loop_pid=$!
+sleep 27
+cd "$work" && scrape nccl; cd - >/dev/null
+wait "$loop_pid"; echo "rank exit $?"; tail -3 "$work/nccl-rank.log"
+echo "exporter CPU seconds over the phase: $(awk '{print ($14 + $15) / 100}' /proc/$exporter_pid/stat)"
+kill "$exporter_pid"; wait "$exporter_pid" 2>/dev/null
+grep -icE "warn|error" "$work/exporter.log" | sed 's/^/exporter log warnings+errors: /'
+grep -iE "warn|error" "$work/exporter.log" | sort | uniq -c | sort -rn | head -8
+
+echo "== 2. the named workloads on this GPU (issue 28's first)"
+suite=sync_stall_nan_check,host_bound_backward_hooks,sync_stall_item_spin,healthy_busy,host_bound_tolist_metrics
+suite+=,sync_stall_to_pageable,data_cpu_heavy_decode,sync_stall_off_main,sync_stall_item_blocking,data_cpu_idle_children
+suite+=,kernel_efficiency_tiny_kernels,sync_stall_mask_index,data_cpu_thread_prefetcher,host_bound_no_workers,idle_holder
+suite+=,memory_pressure_held
+PYTHONUNBUFFERED=1 timeout "${SUITE_SECONDS:-300}" python3 workloads/run.py --real --fast --exporter "$exporter" \
+    --only "$suite" --seconds 25 --window 12 --min-duration 4 --data "$work/data" --json "$work/real-suite.json" \
+    >"$work/real-suite.log" 2>&1
+echo "suite exit $?"
+python3 - "$work/real-suite.json" <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit("no rows")
+for r in rows:
+    print(f"{r['workload']:32} {r.get('expected', ''):18} {r['primary']:18} {'ok' if r['ok'] else 'MISS'}  {str(r.get('evidence', ''))[:90]}")
+print(f"{sum(r['ok'] for r in rows)}/{len(rows)} as expected")
+PY
+rm -rf "$work/data" "$work/store"
+# Every log, and each workload's verdicts of every second (run.py keeps them in /tmp).
+tar -czf "$out/real-gpu.tgz" "$work" /tmp/workload-* 2>/dev/null

@@ -56,6 +56,7 @@ import sys
 import time
 
 import common
+import emugpu
 
 DEFAULTS = {
     "sync": "item",
@@ -122,11 +123,11 @@ class Model:
     """The step's kernels: a third forward, two thirds backward on the engine's thread, with
     `hook_seconds` of Python before each backward kernel."""
 
-    def __init__(self, torch, spec):
-        self.torch = torch
-        kernels = max(2, spec["kernels"])
-        self.forward_count = max(1, kernels // 3)
-        self.backward_count = kernels - self.forward_count
+    def __init__(self, kernels, spec):
+        self.kernels = kernels
+        count = max(2, spec["kernels"])
+        self.forward_count = max(1, count // 3)
+        self.backward_count = count - self.forward_count
         self.forward_seconds = spec["step_seconds"] / 3 / self.forward_count
         self.backward_seconds = spec["step_seconds"] * 2 / 3 / self.backward_count
         self.sm = spec["sm"]
@@ -137,7 +138,7 @@ class Model:
     def __call__(self, x):
         if self.forward_host:
             common.burn(self.forward_host)  # the model's own Python: many small ops
-        return self.torch._C._forward(
+        return self.kernels._forward(
             x,
             self.forward_seconds,
             sm=self.sm,
@@ -237,12 +238,14 @@ def train_rank(spec, args, rank=0, store=None):
         torch.distributed.init_process_group(
             "nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"], timeout=timeout
         )
+    # The kernels: the emulated torch's own calls, or the same on a real GPU.
+    kernels = emugpu.RealKernels(torch, gpu) if args.real else torch._C
     if spec["pipeline"]:
         # A stage's step is its microbatches': each forward and backward a share of it.
         micro = spec["microbatches"]
-        model = Model(torch, {**spec, "step_seconds": spec["step_seconds"] / micro, "kernels": max(2, spec["kernels"] // micro)})
+        model = Model(kernels, {**spec, "step_seconds": spec["step_seconds"] / micro, "kernels": max(2, spec["kernels"] // micro)})
     else:
-        model = Model(torch, spec)
+        model = Model(kernels, spec)
     if spec["ddp"]:
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
     elif spec["fsdp"]:
@@ -262,8 +265,8 @@ def train_rank(spec, args, rank=0, store=None):
         common.sidecars(os.path.join(os.environ.get("EMUGPU_DIR") or "/tmp", "sidecars"))
     batches = thread_prefetcher(iter(loader)) if spec["prefetcher"] else iter(loader)
     if spec["off_main"]:
-        return on_a_thread(loop, torch, spec, args, model, batches)
-    return loop(torch, spec, args, model, batches)
+        return on_a_thread(loop, torch, kernels, spec, args, model, batches)
+    return loop(torch, kernels, spec, args, model, batches)
 
 
 def thread_prefetcher(batches, depth=2):
@@ -295,7 +298,7 @@ def on_a_thread(loop, *args):
     return result[0] if result else 0
 
 
-def loop(torch, spec, args, model, batches):
+def loop(torch, kernels, spec, args, model, batches):
     optimizer_seconds = spec["step_seconds"] * 0.05
     truth = common.Truth.mine()
     # The metric code's host-side history (a few million floats: its .tolist() is real work).
@@ -327,7 +330,7 @@ def loop(torch, spec, args, model, batches):
         else:
             loss = model(x)
             loss.backward()
-        torch._C._launch(optimizer_seconds, sm=0.5, dram=0.8)  # optimizer.step()
+        kernels._launch(optimizer_seconds, sm=0.5, dram=0.8)  # optimizer.step()
         losses = loss if losses is None else losses
         steps += 1
         if spec["sync"] not in ("none", "to") and steps % spec["sync_every"] == 0:

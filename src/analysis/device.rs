@@ -7,7 +7,35 @@ use crate::snapshot::{GpuDevice, GpuProcess, MigDevice};
 /// Throttle-reason bits that hold clocks down for a reason worth reporting: software power
 /// cap, hardware slowdown, software and hardware thermal slowdown, power brake. (Idle, sync
 /// boost, application clocks and display clock settings are not bottlenecks.)
-pub const LIMITING_THROTTLE_REASONS: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+const LIMITING_THROTTLE_REASONS: u64 = SW_POWER_CAP | 0x8 | 0x20 | 0x40 | 0x80;
+
+/// The software power cap: the board lowers its clocks to stay within its power limit.
+const SW_POWER_CAP: u64 = 0x4;
+
+/// The throttle reasons holding this GPU's clocks down for a reason worth reporting, `None`
+/// where the driver does not say. The software power cap counts only where the enforced
+/// limit is below the board's default: at its default limit a GPU running heavy kernels
+/// draws its rated power at the clocks that power allows (GPU Boost's operating point, no
+/// setting of the node's raises it; a real H200 in a bf16 matmul loop draws 695 of its 700 W
+/// at 1,500 of 1,980 MHz with this reason set the whole time). A limit lowered by an operator
+/// or a power manager is what the throttling verdict's advice can act on.
+fn limiting_reasons(device: &GpuDevice) -> Option<u64> {
+    let reasons = device.throttle_reasons? & LIMITING_THROTTLE_REASONS;
+    let capped = matches!(
+        (device.power_limit_watts, device.power_limit_default_watts),
+        (Some(limit), Some(default)) if limit + 1.0 < default
+    );
+    Some(if capped {
+        reasons
+    } else {
+        reasons & !SW_POWER_CAP
+    })
+}
+
+/// Whether a limiting throttle reason holds the GPU's clocks down (`limiting_reasons`).
+pub(super) fn throttled(device: &GpuDevice) -> Option<bool> {
+    limiting_reasons(device).map(|r| r != 0)
+}
 
 /// The MIG device the GPU's main process runs in, where the driver names its GPU instance,
 /// else the GPU's only MIG device with GPM figures: NVML gives a GPU in MIG mode no busy time
@@ -34,7 +62,7 @@ pub(super) fn main_instance<'a>(
 
 /// The SM clock against its maximum while a limiting throttle reason holds it down.
 pub(super) fn throttled_clock_ratio(device: &GpuDevice) -> Option<f64> {
-    if device.throttle_reasons? & LIMITING_THROTTLE_REASONS == 0 {
+    if !throttled(device)? {
         return None;
     }
     let sm = device.clocks.iter().find(|c| c.domain == "sm")?;
@@ -117,6 +145,48 @@ mod tests {
         );
         assert_eq!(link_copy_excess(&link(5, 16), Some(20e6)), None);
         assert_eq!(link_copy_excess(&link(2, 4), None), None);
+    }
+
+    #[test]
+    fn a_power_cap_throttles_only_below_the_boards_default_limit() {
+        // A real H200 in a bf16 matmul loop: the software power cap set, 695 of 700 W drawn,
+        // the SM clock at 1,500 of 1,980 MHz, the limit at the board's default.
+        let board = |reasons, limit, default| GpuDevice {
+            throttle_reasons: Some(reasons),
+            power_limit_watts: limit,
+            power_limit_default_watts: default,
+            clocks: vec![crate::snapshot::GpuClock {
+                domain: "sm",
+                hertz: Some(1.5e9),
+                max_hertz: Some(1.98e9),
+            }],
+            ..GpuDevice::default()
+        };
+        let at_default = board(SW_POWER_CAP, Some(700.0), Some(700.0));
+        assert_eq!(throttled(&at_default), Some(false));
+        assert_eq!(throttled_clock_ratio(&at_default), None);
+        // Unknown limits: nothing says the cap was lowered.
+        assert_eq!(
+            throttled(&board(SW_POWER_CAP, None, Some(700.0))),
+            Some(false)
+        );
+        // Capped by an operator or a power manager: 500 W of 700.
+        let capped = board(SW_POWER_CAP, Some(500.0), Some(700.0));
+        assert_eq!(throttled(&capped), Some(true));
+        let ratio = throttled_clock_ratio(&capped).unwrap();
+        assert!((ratio - 1.5 / 1.98).abs() < 1e-9, "{ratio}");
+        // Thermal and hardware slowdowns count at any power limit; idle and sync boost never.
+        for bit in [0x8, 0x20, 0x40, 0x80] {
+            assert_eq!(
+                throttled(&board(bit | SW_POWER_CAP, Some(700.0), Some(700.0))),
+                Some(true)
+            );
+        }
+        assert_eq!(
+            throttled(&board(0x1 | 0x10, Some(500.0), Some(700.0))),
+            Some(false)
+        );
+        assert_eq!(throttled(&GpuDevice::default()), None);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::device::{
-    hardware_errors, link_copy_excess, main_instance, pcie_bandwidth_share, throttled_clock_ratio,
-    LIMITING_THROTTLE_REASONS,
+    hardware_errors, link_copy_excess, main_instance, pcie_bandwidth_share, throttled,
+    throttled_clock_ratio,
 };
 use super::jobs::{jobs_on, working};
 use crate::snapshot::GpuObservation;
@@ -96,9 +96,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .memory
                     .filter(|m| m.total_bytes > 0)
                     .map(|m| m.used_bytes as f64 / m.total_bytes as f64),
-                throttled: device
-                    .throttle_reasons
-                    .map(|r| r & LIMITING_THROTTLE_REASONS != 0),
+                throttled: throttled(device),
                 thermal_margin: device
                     .slowdown_temperature_celsius
                     .zip(device.temperature_celsius)

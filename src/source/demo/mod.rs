@@ -39,7 +39,8 @@ pub enum Role {
     JobSlowRank,
     /// Three processes share the GPU.
     Contention,
-    /// Power-capped near its thermal limit.
+    /// Power-capped below the board's default (a power manager's 500 W of 700), near its
+    /// thermal limit.
     Throttling,
     /// A row remap is pending.
     Hardware,
@@ -159,8 +160,13 @@ impl DemoSource {
         } else {
             55.0 + 10.0 * busy
         };
-        let power = if role == Role::Throttling {
+        let power_limit = if role == Role::Throttling {
+            500.0
+        } else {
             700.0
+        };
+        let power = if role == Role::Throttling {
+            power_limit
         } else {
             90.0 + 520.0 * busy
         };
@@ -227,7 +233,7 @@ impl DemoSource {
             temperature_celsius: Some(temperature),
             slowdown_temperature_celsius: Some(87.0),
             power_watts: Some(power),
-            power_limit_watts: Some(700.0),
+            power_limit_watts: Some(power_limit),
             power_limit_default_watts: Some(700.0),
             performance_state: Some(if role == Role::Idle { 8 } else { 0 }),
             // SXM boards are cooled by the chassis: no fan of their own.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 pub(super) const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_MAP_GET_NEXT_KEY: libc::c_int = 4;
 const BPF_PROG_LOAD: libc::c_int = 5;
@@ -76,6 +77,17 @@ impl Map {
         attr[1] = key.as_ptr() as u64;
         attr[2] = value.as_mut_ptr() as u64;
         bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).ok().map(|_| value)
+    }
+
+    /// Sets `key` to `value` (created or replaced).
+    pub fn set(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        debug_assert_eq!((key.len(), value.len()), (self.key_size, self.value_size));
+        // bpf_attr for element calls: map_fd, key pointer, value pointer, flags (BPF_ANY).
+        let mut attr = [0u64; 4];
+        attr[0] = self.fd() as u64;
+        attr[1] = key.as_ptr() as u64;
+        attr[2] = value.as_ptr() as u64;
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
     }
 
     pub fn delete(&self, key: &[u8]) {

@@ -16,6 +16,11 @@ pub struct Maps {
     pub held_first: Map,
     pub held_last: Map,
     pub waits: Map,
+    /// Key 0: not zero while a launch window is open, between its last attach and its first
+    /// detach; the launches' count programs count only then, so that the window's launches
+    /// are those of the span it measures (attaching and detaching take tens to hundreds of
+    /// milliseconds, the launches trapping meanwhile).
+    pub window_open: Map,
     /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
     /// the rest of the probes as before.
     pub marks: Option<Ring>,

@@ -131,7 +131,12 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             Some(Counted::Launch) => launches.push(Arc::new(Windowed {
                 path: path.to_path_buf(),
                 offset,
-                count: load(programs::count(maps.counts.fd(), number, Measured::Nothing))?,
+                count: load(programs::count(
+                    maps.counts.fd(),
+                    number,
+                    Measured::Nothing,
+                    Some(maps.window_open.fd()),
+                ))?,
                 timing: [
                     load(programs::wait_entry(maps.launch_starts.fd(), number, true))?,
                     load(programs::wait_exit(
@@ -152,7 +157,7 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
                     Counted::Collective(_) => Measured::ThirdByFourth,
                     _ => Measured::Nothing,
                 };
-                let program = load(programs::count(maps.counts.fd(), number, measured))?;
+                let program = load(programs::count(maps.counts.fd(), number, measured, None))?;
                 attached.push(Attached::new(pmu, path, offset, false, program)?);
             }
             None => {}
@@ -248,6 +253,7 @@ impl CudaSource {
                 held_first: Map::hash(8, 8, THREAD_ENTRIES)?,
                 held_last: Map::hash(8, 8, THREAD_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
+                window_open: Map::hash(4, 8, 1)?,
                 marks: Ring::new(MARKS_RING_BYTES)
                     .inspect_err(|e| {
                         tracing::warn!("cuda probes: no BPF ring buffer ({e}): steps not timed")

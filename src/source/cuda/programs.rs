@@ -6,6 +6,7 @@
 //!   argument (its element count) to `counts[pid, tid, probe, fourth argument]` (its
 //!   datatype, which userspace turns into bytes); for a send or receive the second argument by
 //!   the third;
+//!   a kernel launch's only while its launch window's gate (`window_open`) is open;
 //! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
 //!   wait (the outermost one is timed);
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
@@ -82,17 +83,29 @@ fn finish() -> [Insn; 2] {
     [Insn::mov_imm(R0, 0), Insn::exit()]
 }
 
-/// The count program of `probe`.
-pub fn count(counts: i32, probe: u32, measured: Measured) -> Vec<Insn> {
+/// The count program of `probe`; with a `gate` (a map whose key 0 holds a u64), it counts
+/// only while that value is not zero.
+pub fn count(counts: i32, probe: u32, measured: Measured, gate: Option<i32>) -> Vec<Insn> {
     let arguments = measured.arguments();
-    let mut code = vec![
-        Insn::mov(R6, R1),
+    let mut code = vec![Insn::mov(R6, R1)];
+    if let Some(gate) = gate {
+        code.push(Insn::store32_imm(R10, -4, 0));
+        code.extend(Insn::load_map(R1, gate));
+        code.extend(stack_pointer(R2, -4));
+        code.push(Insn::call(MAP_LOOKUP_ELEM));
+        code.push(Insn::jne_imm(R0, 0, 2));
+        code.extend(finish());
+        code.push(Insn::load64(R1, R0, 0));
+        code.push(Insn::jne_imm(R1, 0, 2));
+        code.extend(finish());
+    }
+    code.extend([
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::store32(R10, -12, R0),
         Insn::rsh_imm(R0, 32),
         Insn::store32(R10, -16, R0),
         Insn::store32_imm(R10, -8, probe as i32),
-    ];
+    ]);
     if let Some((_, Some(key))) = arguments {
         code.push(Insn::load64(R1, R6, key));
         code.push(Insn::store32(R10, -4, R1));
@@ -288,12 +301,64 @@ mod tests {
         assert_eq!(code.last().map(|i| i.code), Some(0x95));
     }
 
+    /// What the gated count programs probe in the test below: a function of this binary.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn gated_count_probe_target(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_add(1)
+    }
+
+    #[test]
+    fn a_gated_count_counts_only_while_its_gate_is_open() {
+        use super::super::bpf::{Attached, Map, Program, UprobePmu};
+        use std::sync::Arc;
+        // Loading and attaching need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): where this
+        // test runs without them, the refusal is the probes' own (tests/cuda_probes.rs).
+        let (Ok(counts), Ok(gate), Ok(pmu)) = (
+            Map::hash(16, 16, 16),
+            Map::hash(4, 8, 1),
+            UprobePmu::find(std::path::Path::new("/sys")),
+        ) else {
+            return;
+        };
+        let program = Program::load(&count(counts.fd(), 3, Measured::Nothing, Some(gate.fd())))
+            .map(Arc::new)
+            .unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let offset =
+            super::super::elf::offsets(&bytes, &["gated_count_probe_target"]).unwrap()[0].unwrap();
+        let _attached = Attached::new(pmu, &exe, offset, false, program).unwrap();
+        let hits = || {
+            counts
+                .entries()
+                .iter()
+                .filter(|(key, _)| key[..4] == std::process::id().to_ne_bytes() && key[8] == 3)
+                .map(|(_, value)| u64::from_ne_bytes(value[..8].try_into().unwrap()))
+                .sum::<u64>()
+        };
+        let set = |open: u64| gate.set(&0u32.to_ne_bytes(), &open.to_ne_bytes()).unwrap();
+        let call = |n: u64| (0..n).fold(0, |acc, x| acc ^ gated_count_probe_target(x));
+        // No gate value yet, then a closed gate: nothing counted.
+        call(10);
+        set(0);
+        call(10);
+        assert_eq!(hits(), 0);
+        set(1);
+        call(25);
+        assert_eq!(hits(), 25);
+        set(0);
+        call(10);
+        assert_eq!(hits(), 25);
+    }
+
     #[test]
     fn the_programs_jump_within_themselves() {
-        well_formed(&count(3, 1, Measured::Nothing));
-        well_formed(&count(3, 1, Measured::Third));
-        well_formed(&count(3, 1, Measured::ThirdByFourth));
-        well_formed(&count(3, 1, Measured::SecondByThird));
+        well_formed(&count(3, 1, Measured::Nothing, None));
+        well_formed(&count(3, 1, Measured::Nothing, Some(4)));
+        well_formed(&count(3, 1, Measured::Third, None));
+        well_formed(&count(3, 1, Measured::ThirdByFourth, None));
+        well_formed(&count(3, 1, Measured::SecondByThird, None));
         well_formed(&wait_entry(4, 7, false));
         well_formed(&wait_entry(4, 7, true));
         well_formed(&wait_exit(4, 5, 7, 0, None));

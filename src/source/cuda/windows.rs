@@ -38,9 +38,9 @@ const TIMED_EVERY: u64 = 3;
 /// each second).
 const LAUNCH_WINDOW: Duration = Duration::from_millis(20);
 
-/// The launch windows: which entry points to attach, and for how long they have been attached
-/// in all (seconds, from the last attach to the first detach), shared by the source and its
-/// window thread.
+/// The launch windows: which entry points to attach, and for how long they have counted in all
+/// (seconds their gate was open, from after the last attach to before the first detach),
+/// shared by the source and its window thread.
 #[derive(Default)]
 pub struct LaunchWindows {
     pub targets: Vec<Arc<Windowed>>,
@@ -118,9 +118,19 @@ pub fn start_launch_windows(
                 } else {
                     Vec::new()
                 };
+                // Counted from here to the gate's closing: the span the estimate scales by.
+                let gate = |open: u64| {
+                    maps.window_open
+                        .set(&0u32.to_ne_bytes(), &open.to_ne_bytes())
+                };
+                let opened_gate = gate(1);
                 let (began, began_ns) = (std::time::Instant::now(), monotonic_ns());
                 std::thread::sleep(LAUNCH_WINDOW);
+                let closed_gate = gate(0);
                 let (seconds, ended_ns) = (began.elapsed().as_secs_f64(), monotonic_ns());
+                if let Err(error) = opened_gate.and(closed_gate) {
+                    tracing::debug!(%error, "cuda probes: launch window's gate not set");
+                }
                 // Each detach waits out the kernel's uprobe bookkeeping (tens of ms), the
                 // launches trapping meanwhile: the two sets at once. A return whose entry was
                 // already detached finds no start (the last return deleted it) and adds nothing.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the CUDA probes cost the training process: its step time with and without them.
 
-Usage: bench/probe_cost.py [EXPORTER_BINARY] [--seconds 10] [--rounds 2]
+Usage: bench/probe_cost.py [EXPORTER_BINARY] [--seconds 10] [--rounds 2] [--real]
 
 Three loops on the emulated torch (workloads/emutorch, over the stub CUDA driver the probes
 attach to), each a step after another for --seconds per run:
@@ -21,6 +21,11 @@ launch is about tenfold slower, a run of slow steps no stall of the machine make
 those runs took beyond as many typical steps, as a share of the run, is "in launch windows"
 (near 0 without the probes). Run as root (the probes need CAP_BPF and CAP_PERFMON); needs
 `cargo build --release --workspace`.
+
+With --real, the same loops on a real GPU with CUDA PyTorch and the real NVML: an op call's
+kernels are 4096-square bf16 matmuls (about 0.2 ms on an H100 or H200) or, for the
+launch-heavy loop's, 4096-element adds; the collective-heavy loop all-reduces through
+torch.distributed over NCCL (one rank).
 """
 import argparse
 import os
@@ -115,22 +120,63 @@ print(elapsed / steps * 1e3, collectives / elapsed, 0)
 }
 
 
-def exporter(binary, work, probes):
-    """The exporter on the emulated GPU of `work`, with or without the CUDA probes."""
+# --real: the emulated torch's `_launch` on a real GPU, so that the loops above run unchanged.
+REAL_LAUNCH = """
+import torch
+torch.cuda.set_device(0)
+_a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+_x = torch.zeros(4096, device="cuda")
+def _launch(seconds, sm=1.0, count=1):
+    for _ in range(count):
+        if sm >= 0.5:
+            _a @ _a
+        else:
+            _x.add_(1.0)
+torch._C._launch = _launch
+"""
+
+# --real: the collective-heavy loop through torch.distributed (NCCL, one rank).
+REAL_COLLECTIVES = """
+import os, time, torch
+import torch.distributed as dist
+dist.init_process_group("nccl", init_method=f"file:///tmp/probe-cost-{os.getpid()}", rank=0, world_size=1)
+x = torch.empty(4096).to("cuda")
+bucket = torch.zeros(1 << 18, device="cuda")
+steps, collectives = 0, 0
+deadline = time.monotonic() + SECONDS
+started = time.monotonic()
+while time.monotonic() < deadline:
+    batch = torch.empty(4096).to("cuda")
+    torch._C._launch(1e-4, sm=0.8, count=10)
+    for _ in range(25):
+        torch._C._launch(2e-5, sm=0.8, count=4)
+        dist.all_reduce(bucket)
+    collectives += 25
+    x.sum().item()
+    steps += 1
+elapsed = time.monotonic() - started
+dist.destroy_process_group()
+print(elapsed / steps * 1e3, collectives / elapsed, 0)
+"""
+
+
+def exporter(binary, work, probes, real=False):
+    """The exporter on the emulated GPU of `work` (with `real`, on the node's GPUs through the
+    real NVML), with or without the CUDA probes."""
     port = free_port()
     scenario = os.path.join(work, "scenario.yaml")
     with open(scenario, "w") as f:
         f.write(f"devices:\n  - uuid: GPU-bench\n    timeline: {work}/timelines/gpu0.timeline\n")
     config = os.path.join(work, "config.yaml")
+    library = "" if real else f"  gpu:\n    nvml_library: {ROOT}/target/release/libfake_nvml.so\n"
     with open(config, "w") as f:
         f.write(
-            f"listen_address: 127.0.0.1:{port}\nsample_interval: 1s\nsources:\n"
-            f"  gpu:\n    nvml_library: {ROOT}/target/release/libfake_nvml.so\n"
+            f"listen_address: 127.0.0.1:{port}\nsample_interval: 1s\nsources:\n{library}"
             f"  cuda:\n    enabled: {'true' if probes else 'false'}\n"
         )
     process = subprocess.Popen(
         [binary, "--config", config],
-        env={**os.environ, "FAKE_NVML_SCENARIO": scenario},
+        env={**os.environ} if real else {**os.environ, "FAKE_NVML_SCENARIO": scenario},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -138,7 +184,7 @@ def exporter(binary, work, probes):
     return process
 
 
-def run_loop(body, work, seconds):
+def run_loop(body, work, seconds, real=False):
     """(ms per step, rate, share of the run lost in launch windows) of one run of a loop."""
     env = {
         **os.environ,
@@ -146,6 +192,8 @@ def run_loop(body, work, seconds):
         "EMUCUDA_DIR": os.path.join(work, "cuda"),
         "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "workloads", "emutorch"), os.path.join(ROOT, "workloads")]),
     }
+    if real:
+        env["PYTHONPATH"] = os.path.join(ROOT, "workloads")
     out = subprocess.run(
         [sys.executable, "-c", body.replace("SECONDS", str(seconds))],
         env=env,
@@ -162,20 +210,26 @@ def main():
     parser.add_argument("exporter", nargs="?", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--real", action="store_true", help="a real GPU with CUDA PyTorch and the real NVML")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="probe-cost-")
     os.makedirs(os.path.join(work, "timelines"))
-    emugpu.install_libraries(os.path.join(ROOT, "target", "release"), os.path.join(work, "cuda"))
+    if args.real:
+        loops = {name: REAL_LAUNCH + body for name, body in LOOPS.items()}
+        loops["collective-heavy"] = REAL_LAUNCH + REAL_COLLECTIVES
+    else:
+        loops = LOOPS
+        emugpu.install_libraries(os.path.join(ROOT, "target", "release"), os.path.join(work, "cuda"))
     setups = [("alone", None), ("exporter, probes off", False), ("exporter, probes on", True)]
     results = {(loop, name): [] for loop in LOOPS for name, _ in setups}
     try:
         for _ in range(args.rounds):
-            for loop, body in LOOPS.items():
+            for loop, body in loops.items():
                 for name, probes in setups:
-                    process = exporter(args.exporter, work, probes) if probes is not None else None
+                    process = exporter(args.exporter, work, probes, args.real) if probes is not None else None
                     try:
                         time.sleep(2 if process else 0)  # past the exporter's start and first attach
-                        results[(loop, name)].append(run_loop(body, work, args.seconds))
+                        results[(loop, name)].append(run_loop(body, work, args.seconds, args.real))
                     finally:
                         if process:
                             process.terminate()

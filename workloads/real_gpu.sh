@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The exporter on a real NVIDIA GPU with CUDA PyTorch, as one bounded run: what a device session
-# executes (about 8 minutes on one GPU; workloads needing more GPUs are skipped).
+# executes (about 10 minutes on one GPU; workloads needing more GPUs are skipped).
 #   bash workloads/real_gpu.sh [path/to/gpu-bottleneck-exporter]
 # 0. Which of libcuda's and libcudart's entry points known PyTorch calls reach, and how often
 #    (workloads/cuda_census.py): the first run counted 20-45 times the loops' kernel launches
 #    and no graph launch.
 # 1. The real NVML and the probes on the real libcuda and libnccl: one exporter, two loops
 #    (a NaN check every step, a sync no Python frame names; a one-rank NCCL job), and what
-#    /metrics and the diagnosis say of each.
+#    /metrics and the diagnosis say of each; then what the probes cost the job's step
+#    (bench/probe_cost.py --real: launch-, sync- and collective-heavy loops).
 # 2. The named workloads that fit one GPU, ordered by what they test of issue 28, for as long
 #    as SUITE_SECONDS allows (the rows are saved after each).
 # Writes summary.txt and real-gpu.tgz (every log) to $OUT (or /tmp). Reads only: no clock,
@@ -103,6 +104,9 @@ kill "$exporter_pid"; wait "$exporter_pid" 2>/dev/null
 grep -icE "warn|error" "$work/exporter.log" | sed 's/^/exporter log warnings+errors: /'
 grep -iE "warn|error" "$work/exporter.log" | sort | uniq -c | sort -rn | head -8
 
+echo "== 1c. what the probes cost the job: step times alone, beside the exporter, with its probes"
+timeout 200 python3 bench/probe_cost.py --real --seconds 6 --rounds 1 "$exporter" 2>&1 | grep -v Warning
+
 echo "== 2. the named workloads on this GPU (issue 28's first)"
 # The first real run's misses first (2026-12-04: the power cap at its default read as throttling;
 # the prefetcher's verdict had not settled), then issue 28's loops.
@@ -110,7 +114,7 @@ suite=healthy_busy,memory_pressure_held,data_cpu_thread_prefetcher,sync_stall_na
 suite+=,sync_stall_item_spin,host_bound_tolist_metrics,sync_stall_to_pageable,data_cpu_heavy_decode,sync_stall_off_main
 suite+=,sync_stall_item_blocking,data_cpu_idle_children,kernel_efficiency_tiny_kernels,sync_stall_mask_index
 suite+=,host_bound_no_workers,idle_holder
-PYTHONUNBUFFERED=1 timeout "${SUITE_SECONDS:-300}" python3 workloads/run.py --real --fast --exporter "$exporter" \
+PYTHONUNBUFFERED=1 timeout "${SUITE_SECONDS:-240}" python3 workloads/run.py --real --fast --exporter "$exporter" \
     --only "$suite" --seconds 25 --window 12 --min-duration 4 --data "$work/data" --json "$work/real-suite.json" \
     >"$work/real-suite.log" 2>&1
 echo "suite exit $?"

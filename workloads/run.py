@@ -315,6 +315,13 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
                         last[gpu["gpu"]] = gpu
                 if args.fast and held_for(history, expected, 2 * args.min_duration):
                     break
+            # The last page beside the verdicts: what the workers, probes and devices showed.
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+                    with open(os.path.join(work, "metrics.txt"), "wb") as f:
+                        f.write(page.read())
+            except OSError as error:
+                print(f"  {name}: no last /metrics page ({error})", file=sys.stderr)
             if not args.real:
                 # The truth files are flushed every half second: wait for the window's end.
                 time.sleep(1)

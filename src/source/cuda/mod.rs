@@ -138,7 +138,12 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
                     Some(maps.window_open.fd()),
                 ))?,
                 timing: [
-                    load(programs::wait_entry(maps.launch_starts.fd(), number, true))?,
+                    load(programs::wait_entry(
+                        maps.launch_starts.fd(),
+                        number,
+                        true,
+                        Some(maps.window_open.fd()),
+                    ))?,
                     load(programs::wait_exit(
                         maps.launch_starts.fd(),
                         maps.waits.fd(),
@@ -172,7 +177,7 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             attached.push(Attached::new(pmu, path, offset, false, mark)?);
         }
         if probe.wait.is_some() {
-            let entry = load(programs::wait_entry(maps.starts.fd(), number, false))?;
+            let entry = load(programs::wait_entry(maps.starts.fd(), number, false, None))?;
             attached.push(Attached::new(pmu, path, offset, false, entry)?);
             let exit = load(programs::wait_exit(
                 maps.starts.fd(),

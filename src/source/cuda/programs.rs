@@ -6,7 +6,8 @@
 //!   argument (its element count) to `counts[pid, tid, probe, fourth argument]` (its
 //!   datatype, which userspace turns into bytes); for a send or receive the second argument by
 //!   the third;
-//!   a kernel launch's only while its launch window's gate (`window_open`) is open;
+//!   a kernel launch's only while its launch window's gate (`window_open`) is open (its
+//!   timing entry likewise);
 //! - **wait entry**: `starts[pid_tgid] = (now, probe)` unless the thread is already inside a
 //!   wait (the outermost one is timed);
 //! - **wait exit** (on return): if the thread's open wait is this probe's, adds its duration to
@@ -83,22 +84,27 @@ fn finish() -> [Insn; 2] {
     [Insn::mov_imm(R0, 0), Insn::exit()]
 }
 
+/// The start of a gated program: it ends at once unless key 0 of the map `gate` holds a
+/// value other than zero. Uses r0-r5 and the stack's top four bytes.
+fn gated(gate: i32) -> Vec<Insn> {
+    let mut code = vec![Insn::store32_imm(R10, -4, 0)];
+    code.extend(Insn::load_map(R1, gate));
+    code.extend(stack_pointer(R2, -4));
+    code.push(Insn::call(MAP_LOOKUP_ELEM));
+    code.push(Insn::jne_imm(R0, 0, 2));
+    code.extend(finish());
+    code.push(Insn::load64(R1, R0, 0));
+    code.push(Insn::jne_imm(R1, 0, 2));
+    code.extend(finish());
+    code
+}
+
 /// The count program of `probe`; with a `gate` (a map whose key 0 holds a u64), it counts
 /// only while that value is not zero.
 pub fn count(counts: i32, probe: u32, measured: Measured, gate: Option<i32>) -> Vec<Insn> {
     let arguments = measured.arguments();
     let mut code = vec![Insn::mov(R6, R1)];
-    if let Some(gate) = gate {
-        code.push(Insn::store32_imm(R10, -4, 0));
-        code.extend(Insn::load_map(R1, gate));
-        code.extend(stack_pointer(R2, -4));
-        code.push(Insn::call(MAP_LOOKUP_ELEM));
-        code.push(Insn::jne_imm(R0, 0, 2));
-        code.extend(finish());
-        code.push(Insn::load64(R1, R0, 0));
-        code.push(Insn::jne_imm(R1, 0, 2));
-        code.extend(finish());
-    }
+    code.extend(gate.map(gated).unwrap_or_default());
     code.extend([
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::store32(R10, -12, R0),
@@ -142,15 +148,16 @@ pub fn count(counts: i32, probe: u32, measured: Measured, gate: Option<i32>) -> 
 }
 
 /// The entry program of a timed wait; `overwrite`: a thread's open entry is replaced, not
-/// kept.
-pub fn wait_entry(starts: i32, probe: u32, overwrite: bool) -> Vec<Insn> {
-    let mut code = vec![
+/// kept; with a `gate` (as [`count`]'s), only calls begun while it is open are timed.
+pub fn wait_entry(starts: i32, probe: u32, overwrite: bool, gate: Option<i32>) -> Vec<Insn> {
+    let mut code = gate.map(gated).unwrap_or_default();
+    code.extend([
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::store64(R10, -8, R0),
         Insn::call(KTIME_GET_NS),
         Insn::store64(R10, -24, R0),
         Insn::store64_imm(R10, -16, probe as i32),
-    ];
+    ]);
     code.extend(Insn::load_map(R1, starts));
     code.extend(stack_pointer(R2, -8));
     code.extend(stack_pointer(R3, -24));
@@ -359,8 +366,8 @@ mod tests {
         well_formed(&count(3, 1, Measured::Third, None));
         well_formed(&count(3, 1, Measured::ThirdByFourth, None));
         well_formed(&count(3, 1, Measured::SecondByThird, None));
-        well_formed(&wait_entry(4, 7, false));
-        well_formed(&wait_entry(4, 7, true));
+        well_formed(&wait_entry(4, 7, false, None));
+        well_formed(&wait_entry(4, 7, true, Some(9)));
         well_formed(&wait_exit(4, 5, 7, 0, None));
         well_formed(&wait_exit(4, 5, 7, 100_000, Some((6, 8))));
         well_formed(&mark(6, 7));

@@ -121,10 +121,10 @@ pub fn queue_in_window(
     launched
         .into_iter()
         .map(|(pid, (launches, held_launches, held_ns))| {
-            // Held in half its launches, or for half the window: the entry probes count the
-            // launches from before the return probes attach until after they detach (tens of
-            // ms on a loaded host), so a queue full throughout is held in far fewer of the
-            // launches counted than it holds up, but for most of the window.
+            // Held in half its launches, or for half the window: the launches counted and
+            // timed are those begun while the window's gate was open, so a queue full
+            // throughout holds up most of them (fewer where a thread's launches alternate with
+            // other work), and for most of the window.
             let queue_full = held_launches >= 2
                 && (2 * held_launches >= launches || 2.0 * held_ns as f64 >= length);
             let (held_share, busy) = match held.get(&pid).filter(|_| queue_full) {

@@ -43,6 +43,23 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "workloads"))
 import emugpu  # noqa: E402
 
+# The collective-heavy loop's steps, after its communicator's setup: ALL_REDUCE is the call.
+COLLECTIVE_LOOP = """steps, collectives = 0, 0
+deadline = time.monotonic() + SECONDS
+started = time.monotonic()
+while time.monotonic() < deadline:
+    batch = torch.empty(4096).to("cuda")
+    torch._C._launch(1e-4, sm=0.8, count=10)
+    for _ in range(25):
+        torch._C._launch(2e-5, sm=0.8, count=4)
+        ALL_REDUCE
+    collectives += 25
+    x.sum().item()
+    steps += 1
+elapsed = time.monotonic() - started
+print(elapsed / steps * 1e3, collectives / elapsed, 0)
+"""
+
 LOOPS = {
     "launch-heavy": """
 import statistics, time, torch
@@ -102,21 +119,9 @@ uid, comm = UniqueId(), ctypes.c_void_p()
 assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
 assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
 buffer = 0x7e0000000000
-steps, collectives = 0, 0
-deadline = time.monotonic() + SECONDS
-started = time.monotonic()
-while time.monotonic() < deadline:
-    batch = torch.empty(4096).to("cuda")
-    torch._C._launch(1e-4, sm=0.8, count=10)
-    for _ in range(25):
-        torch._C._launch(2e-5, sm=0.8, count=4)
-        assert nccl.ncclAllReduce(buffer, buffer, 1 << 18, 7, 0, comm, None) == 0
-    collectives += 25
-    x.sum().item()
-    steps += 1
-elapsed = time.monotonic() - started
-print(elapsed / steps * 1e3, collectives / elapsed, 0)
-""",
+""" + COLLECTIVE_LOOP.replace(
+        "ALL_REDUCE", "assert nccl.ncclAllReduce(buffer, buffer, 1 << 18, 7, 0, comm, None) == 0"
+    ),
 }
 
 
@@ -142,22 +147,7 @@ import torch.distributed as dist
 dist.init_process_group("nccl", init_method=f"file:///tmp/probe-cost-{os.getpid()}", rank=0, world_size=1)
 x = torch.empty(4096).to("cuda")
 bucket = torch.zeros(1 << 18, device="cuda")
-steps, collectives = 0, 0
-deadline = time.monotonic() + SECONDS
-started = time.monotonic()
-while time.monotonic() < deadline:
-    batch = torch.empty(4096).to("cuda")
-    torch._C._launch(1e-4, sm=0.8, count=10)
-    for _ in range(25):
-        torch._C._launch(2e-5, sm=0.8, count=4)
-        dist.all_reduce(bucket)
-    collectives += 25
-    x.sum().item()
-    steps += 1
-elapsed = time.monotonic() - started
-dist.destroy_process_group()
-print(elapsed / steps * 1e3, collectives / elapsed, 0)
-"""
+""" + COLLECTIVE_LOOP.replace("ALL_REDUCE", "dist.all_reduce(bucket)")
 
 
 def exporter(binary, work, probes, real=False):

@@ -48,11 +48,11 @@ sleep 3
 
 # What the exporter serves of the GPU processes' probes, and its verdicts, now.
 scrape() {
-    python3 - "$port" "$1" <<'PY'
+    python3 - "$port" "$1" "$work" <<'PY'
 import json, sys, urllib.request
-base, what = f"http://127.0.0.1:{sys.argv[1]}", sys.argv[2]
+base, what, work = f"http://127.0.0.1:{sys.argv[1]}", sys.argv[2], sys.argv[3]
 text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
-with open(f"{what}.metrics", "w") as f:
+with open(f"{work}/{what}.metrics", "w") as f:
     f.write(text)
 series = [l for l in text.splitlines() if l and not l.startswith("#")]
 print(f"-- {what}: {len(series)} series")
@@ -66,12 +66,12 @@ PY
 }
 
 echo "== 1a. a NaN check every step (HF Trainer's), CUDA's default spin wait"
-cd "$work" && scrape idle; cd - >/dev/null
+scrape idle
 timeout 60 python3 workloads/torch_loop.py --real --data "$work/data" \
     --spec '{"sync": "nan_check", "host_seconds": 0.025}' --seconds 35 >"$work/nan-loop.log" 2>&1 &
 loop_pid=$!
 sleep 30
-cd "$work" && scrape nan_check; cd - >/dev/null
+scrape nan_check
 wait "$loop_pid"; echo "loop exit $?"; tail -3 "$work/nan-loop.log"
 
 echo "== 1b. one NCCL rank: all-reduce every step, the host waiting in loss.item()"
@@ -97,7 +97,7 @@ PY
 timeout 60 python3 "$work/nccl_rank.py" "$work/store" 30 >"$work/nccl-rank.log" 2>&1 &
 loop_pid=$!
 sleep 27
-cd "$work" && scrape nccl; cd - >/dev/null
+scrape nccl
 wait "$loop_pid"; echo "rank exit $?"; tail -3 "$work/nccl-rank.log"
 echo "exporter CPU seconds over the phase: $(awk '{print ($14 + $15) / 100}' /proc/$exporter_pid/stat)"
 kill "$exporter_pid"; wait "$exporter_pid" 2>/dev/null

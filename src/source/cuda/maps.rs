@@ -18,8 +18,8 @@ pub struct Maps {
     pub waits: Map,
     /// Key 0: not zero while a launch window is open, between its last attach and its first
     /// detach; the launches' count programs count only then, so that the window's launches
-    /// are those of the span it measures (attaching and detaching take tens to hundreds of
-    /// milliseconds, the launches trapping meanwhile).
+    /// are those of the span it measures (attaching and detaching take tens of milliseconds
+    /// here and evidently far longer on a real node, the launches trapping meanwhile).
     pub window_open: Map,
     /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
     /// the rest of the probes as before.

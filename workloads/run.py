@@ -370,6 +370,11 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         named = all(gpu in last and d in json.dumps(last[gpu]) for d in details)
         if not named:
             row["evidence"] += f" (does not name {detail!r})"
+        # What it must not say (a near miss of another rule's reading).
+        absent = getattr(module, "EXPECT_ABSENT", {}).get(gpu)
+        said = absent is not None and absent in json.dumps(last.get(gpu, {}))
+        if said:
+            row["evidence"] += f" (says {absent!r})"
         expected_primary = declared or row.get("truth", "none")
         reached = next((at for at, primary in seen if primary == expected_primary), None)
         # Flips: changes of the primary verdict once it reached the expected one (or, where it
@@ -382,7 +387,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         row.update(
             declared=declared,
             expected=expected_primary,
-            ok=final == expected_primary and named,
+            ok=final == expected_primary and named and not said,
             seconds_to_verdict=reached,
             flips=sum(1 for a, b in zip(settled, settled[1:]) if a != b),
         )

@@ -39,7 +39,10 @@ that stops arriving after 5 s, a hang for the others; with "stop_how": "freeze" 
 stops, as a lost node does); "pipeline": the ranks as the stages of a pipeline instead
 (GPipe's schedule: "microbatches" forwards, each receiving "activation_bytes" from the stage
 before and sending as many to the one after, then as many backwards sending gradients back,
-each transfer a batch_isend_irecv: ncclSend/ncclRecv in a group); every "checkpoint_every" steps rank 0
+each transfer a batch_isend_irecv: ncclSend/ncclRecv in a group); "moe": the ranks as an
+expert-parallel group instead (each of "moe_layers" MoE layers exchanges "token_bytes" of tokens
+with every rank twice in forward and twice in backward, dist.all_to_all_single: a send and a
+receive to and from every rank in one group); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
 idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
 workers are pinned to (torchrun --bind-core-list, numactl); "env": variables a rank's process
@@ -89,6 +92,9 @@ DEFAULTS = {
     "pipeline": False,
     "microbatches": 4,
     "activation_bytes": 16 << 20,
+    "moe": False,
+    "moe_layers": 2,
+    "token_bytes": 8 << 20,
     "rank_specs": {},
     "stop_after": 0.0,
     "stop_how": "sleep",
@@ -177,6 +183,27 @@ def pipeline_step(torch, spec, model, x):
         output.backward()
         transfer(dist.isend, stage - 1)
     return outputs[-1]
+
+
+def moe_step(torch, spec, model, x):
+    """One step of an expert-parallel rank: each MoE layer sends its tokens to the ranks holding
+    their experts and takes the results back (dispatch and combine, two all-to-alls), in forward
+    and again for the gradients in backward. Each all-to-all is one NCCL kernel per rank that
+    waits for every rank of the group (a straggler makes all the others spin, as in an
+    all-reduce); the host never waits in one. The experts' kernels are the model's."""
+    dist = torch.distributed
+    tokens, routed = torch.empty(spec["token_bytes"]), torch.empty(spec["token_bytes"])
+
+    def exchange():
+        for _ in range(spec["moe_layers"]):
+            dist.all_to_all_single(routed, tokens)  # dispatch to the experts
+            dist.all_to_all_single(tokens, routed)  # combine their outputs
+
+    exchange()
+    loss = model(x)
+    loss.backward()
+    exchange()  # the layers' backward exchanges, after the gradients they carry
+    return loss
 
 
 def step_sync(torch, spec, loss, losses):
@@ -327,6 +354,8 @@ def loop(torch, kernels, spec, args, model, batches):
             common.burn(spec["host_seconds"])  # the step's Python before its first kernel
         if spec["pipeline"]:
             loss = pipeline_step(torch, spec, model, x)
+        elif spec["moe"]:
+            loss = moe_step(torch, spec, model, x)
         else:
             loss = model(x)
             loss.backward()

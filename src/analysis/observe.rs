@@ -132,9 +132,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .and_then(|c| c.collective_wait_ratio()),
                 point_to_point: main
                     .and_then(|p| cuda.get(&p.pid))
-                    .map(|c| c.totals.issued_point_to_point()),
+                    .map(|c| is_pipeline_stage(c)),
                 transfers_per_step: main
                     .and_then(|p| cuda.get(&p.pid))
+                    .filter(|c| is_pipeline_stage(c))
                     .and_then(|c| c.transfers_per_step),
                 processes: device.process_count,
                 independent_jobs,
@@ -200,6 +201,19 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
             }
         })
         .collect()
+}
+
+/// The most ranks a pipeline stage sends to: the stage after it (activations) and the one
+/// before (gradients), the first and last stage of an interleaved schedule each other too.
+const STAGE_PEERS_MAX: u32 = 2;
+
+/// Whether a process's NCCL transfers are a pipeline stage's: it issued sends or receives, and
+/// its sends went to the stages beside it only. One whose sends went to more ranks exchanges
+/// with its whole group, as an all-to-all does (expert parallelism's dispatch and combine,
+/// grouped sends and receives to every rank): a collective whose ranks run the same kernels,
+/// with no pipeline schedule behind its waits. A group of two reads as a stage either way.
+fn is_pipeline_stage(cuda: &ProcessCuda) -> bool {
+    cuda.totals.issued_point_to_point() && cuda.send_peers.is_none_or(|n| n <= STAGE_PEERS_MAX)
 }
 
 /// The node's physical link (NIC or HCA port) with the highest utilization in either
@@ -314,5 +328,28 @@ mod tests {
         // Orphans (reparented to init) are nobody's ranks.
         let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]);
         assert_eq!(orphans, vec![(None, None), (None, None)]);
+    }
+
+    #[test]
+    fn sends_to_the_stages_beside_it_make_a_stage_and_sends_to_every_rank_do_not() {
+        use crate::snapshot::Collective;
+        let with = |sends: u64, send_peers: Option<u32>| {
+            let mut cuda = ProcessCuda {
+                send_peers,
+                ..ProcessCuda::default()
+            };
+            cuda.totals.collectives[Collective::Send as usize] = sends;
+            is_pipeline_stage(&cuda)
+        };
+        // A middle stage: the next stage and the one before.
+        assert!(with(40, Some(2)));
+        // A last stage only receives activations and sends gradients back: one peer, or no
+        // send seen lately.
+        assert!(with(40, Some(1)));
+        assert!(with(40, None));
+        // A rank of a four-rank all-to-all sends to every rank.
+        assert!(!with(40, Some(4)));
+        // No transfer at all: no stage.
+        assert!(!with(0, None));
     }
 }

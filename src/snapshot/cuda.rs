@@ -156,6 +156,9 @@ pub struct ProcessCuda {
     /// NCCL point-to-point transfers (sends and receives) it issued a step, over the last
     /// seconds: a pipeline stage's microbatches (`None`: no step found).
     pub transfers_per_step: Option<f64>,
+    /// How many ranks its NCCL sends went to over the last seconds: two at most for a
+    /// pipeline stage, every rank of the group for an all-to-all (`None`: no send seen).
+    pub send_peers: Option<u32>,
     /// The share of its time its threads spent in kernel launches that waited for room in the
     /// driver's launch queue (the GPU a thousand kernels behind), as the last launch window
     /// timed them (`None`: no window has seen it launch).

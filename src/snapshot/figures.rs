@@ -154,9 +154,10 @@ figures! {
         /// Whether the main GPU process's job has ranks on other nodes, as its launcher said
         /// (`None`: not said, or its environment unreadable).
         job_spans_nodes: Option<bool> => last -> Option<bool>,
-        /// Whether the main GPU process has issued NCCL point-to-point transfers since its
-        /// probes were attached: a pipeline's stage, whose layers and kernels are not its
-        /// peers' (`None`: no CUDA probes on it).
+        /// Whether the main GPU process is a pipeline's stage, whose layers and kernels are
+        /// not its peers': it has issued NCCL point-to-point transfers since its probes were
+        /// attached, its sends to the stages beside it only (an all-to-all's go to every rank
+        /// of its group) (`None`: no CUDA probes on it).
         point_to_point: Option<bool> => last -> Option<bool>,
         /// NCCL point-to-point transfers the main GPU process issued a step: a pipeline
         /// stage's microbatches, a send and a receive each at either end of the pipeline

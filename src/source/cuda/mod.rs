@@ -7,8 +7,10 @@
 //! other implicit sync end there. A thread inside a wait now is what [`WaitsNow`] tells the
 //! stack sampler. On NCCL (`libnccl.so*`, mapped beside the driver by PyTorch): collectives
 //! issued and their bytes, by operation — enqueued, since NCCL returns at once. Every call but
-//! a kernel launch also leaves a mark (when, which entry point) in a BPF ring buffer: the
-//! loop's step is the period of those marks (`cadence.rs`; each process's in `steps.rs`).
+//! a kernel launch also leaves a mark (when, which entry point, a send's peer) in a BPF ring
+//! buffer: the loop's step is the period of those marks (`cadence.rs`; each process's in
+//! `steps.rs`), and the ranks its sends go to tell a pipeline stage from an all-to-all
+//! (`peers.rs`).
 //!
 //! Mechanism (docs/development.md): small BPF programs assembled in `programs.rs`, attached to
 //! the uprobe PMU with `perf_event_open` — no BPF toolchain at build time, nothing injected into
@@ -29,6 +31,7 @@ pub mod elf;
 mod issued;
 mod libraries;
 mod maps;
+mod peers;
 mod probes;
 pub mod programs;
 mod readings;
@@ -48,6 +51,7 @@ use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
 use self::maps::{per_process, per_process_and_threads, read_map, Maps};
+use self::peers::SendPeers;
 use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
 pub use self::readings::{fold, launches_between};
@@ -173,7 +177,8 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             .as_ref()
             .filter(|_| probe.counted != Some(Counted::Launch))
         {
-            let mark = load(programs::mark(ring.fd(), number))?;
+            let send = probe.counted == Some(Counted::Collective(Collective::Send));
+            let mark = load(programs::mark(ring.fd(), number, send))?;
             attached.push(Attached::new(pmu, path, offset, false, mark)?);
         }
         if probe.wait.is_some() {
@@ -189,7 +194,7 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             attached.push(Attached::new(pmu, path, offset, true, exit)?);
             // Its return marks too (when the queue drained: backlog.rs), on the same trap.
             if let Some(ring) = maps.marks.as_ref() {
-                let mark = load(programs::mark(ring.fd(), number | RETURN_MARK))?;
+                let mark = load(programs::mark(ring.fd(), number | RETURN_MARK, false))?;
                 attached.push(Attached::new(pmu, path, offset, true, mark)?);
             }
         }
@@ -246,6 +251,8 @@ pub struct CudaSource {
     collectives_seen: HashMap<u32, CollectivesSeen>,
     /// Each process's recent marked calls and its step.
     steps: Steps,
+    /// The peers each process's NCCL sends went to lately.
+    send_peers: SendPeers,
 }
 
 impl CudaSource {
@@ -286,6 +293,7 @@ impl CudaSource {
             launches: HashMap::new(),
             collectives_seen: HashMap::new(),
             steps: Steps::default(),
+            send_peers: SendPeers::default(),
         }
     }
 
@@ -489,29 +497,31 @@ impl Source for CudaSource {
         self.collectives_seen.retain(|pid, _| keep.contains(pid));
         if let Some(ring) = maps.marks.as_ref() {
             ring.drain(|record| {
-                if let Some((pid, tid, ns, probe)) = programs::decode_mark(record) {
-                    if keep.contains(&pid) {
-                        let kind = probe as u32;
-                        let role = role(kind);
-                        // A batch's upload and a graph's launch come once a step.
-                        let counted = PROBES.get(probe).and_then(|p| p.counted);
-                        let once_a_step =
-                            matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
-                        self.steps.add(
-                            pid,
-                            Call {
-                                ns,
-                                tid,
-                                kind,
-                                once_a_step,
-                                role,
-                            },
-                        );
-                    }
+                let Some(mark) = programs::decode_mark(record) else {
+                    return;
+                };
+                if !keep.contains(&mark.pid) {
+                    return;
                 }
+                if let Some(peer) = mark.peer {
+                    self.send_peers.note(mark.pid, peer, mark.ns);
+                }
+                let kind = mark.probe as u32;
+                // A batch's upload and a graph's launch come once a step.
+                let counted = PROBES.get(mark.probe).and_then(|p| p.counted);
+                let once_a_step = matches!(counted, Some(Counted::ToDevice | Counted::GraphLaunch));
+                let call = Call {
+                    ns: mark.ns,
+                    tid: mark.tid,
+                    kind,
+                    once_a_step,
+                    role: role(kind),
+                };
+                self.steps.add(mark.pid, call);
             })
         }
         self.steps.retain(&keep);
+        self.send_peers.retain(&keep);
         let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {
             process.step = self.steps.step(process.pid, now_ns);
@@ -519,6 +529,9 @@ impl Source for CudaSource {
                 .steps
                 .calls_since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
             process.backlog_busy = backlog_busy(recent);
+            process.send_peers = self
+                .send_peers
+                .since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
             process.transfers_per_step = process
                 .step
                 .and_then(|s| per_step(recent, s.seconds, |c| is_transfer(c.kind)));

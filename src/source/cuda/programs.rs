@@ -20,7 +20,9 @@
 //! (`held_first`, `held_last`, keyed by `pid_tgid`; cleared after each window).
 //!
 //! - **mark** (on entry): writes (pid, tid, now, probe) to the `marks` ring buffer: when a
-//!   process synced, copied or issued a collective, for the loop's cadence.
+//!   process synced, copied or issued a collective, for the loop's cadence; an NCCL send's
+//!   mark also carries its peer (which ranks a process sends to tells a pipeline stage from
+//!   an all-to-all).
 //!
 //! Keys of `counts` and `waits` are 16 bytes (u32 pid, tid, probe, 0) and their values two u64
 //! (hits, and bytes or nanoseconds); `starts` maps the u64 `pid << 32 | tid` to (start ns,
@@ -167,13 +169,17 @@ pub fn wait_entry(starts: i32, probe: u32, overwrite: bool, gate: Option<i32>) -
     code
 }
 
-/// Bytes of one mark: u32 pid, u32 tid, u64 CLOCK_MONOTONIC ns, u32 probe, u32 0.
+/// Bytes of one mark: u32 pid, u32 tid, u64 CLOCK_MONOTONIC ns, u32 probe, u32 peer + 1 (0:
+/// none).
 pub const MARK_BYTES: usize = 24;
 
 /// The mark program of `probe`: one record to the ring, the consumer not woken (it polls).
-pub fn mark(ring: i32, probe: u32) -> Vec<Insn> {
+/// With `peer`, the record carries the call's fourth argument plus one: an NCCL send's peer
+/// (`ncclSend(buffer, count, datatype, peer, ...)`).
+pub fn mark(ring: i32, probe: u32, peer: bool) -> Vec<Insn> {
     const NO_WAKEUP: i32 = 1;
     let mut code = vec![
+        Insn::mov(R6, R1),
         Insn::call(GET_CURRENT_PID_TGID),
         Insn::store32(R10, -20, R0),
         Insn::rsh_imm(R0, 32),
@@ -181,8 +187,14 @@ pub fn mark(ring: i32, probe: u32) -> Vec<Insn> {
         Insn::call(KTIME_GET_NS),
         Insn::store64(R10, -16, R0),
         Insn::store32_imm(R10, -8, probe as i32),
-        Insn::store32_imm(R10, -4, 0),
     ];
+    if peer {
+        code.push(Insn::load64(R1, R6, FOURTH_ARGUMENT));
+        code.push(Insn::add_imm(R1, 1));
+        code.push(Insn::store32(R10, -4, R1));
+    } else {
+        code.push(Insn::store32_imm(R10, -4, 0));
+    }
     code.extend(Insn::load_map(R1, ring));
     code.extend(stack_pointer(R2, -(MARK_BYTES as i32)));
     code.push(Insn::mov_imm(R3, MARK_BYTES as i32));
@@ -192,11 +204,28 @@ pub fn mark(ring: i32, probe: u32) -> Vec<Insn> {
     code
 }
 
-/// A mark's (pid, tid, ns, probe). Pure.
-pub fn decode_mark(record: &[u8]) -> Option<(u32, u32, u64, usize)> {
+/// One call as its mark tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    pub pid: u32,
+    pub tid: u32,
+    pub ns: u64,
+    pub probe: usize,
+    /// The peer of an NCCL send (`None` for every other call).
+    pub peer: Option<u32>,
+}
+
+/// A mark's record, decoded. Pure.
+pub fn decode_mark(record: &[u8]) -> Option<Mark> {
     let u32_at = |i: usize| Some(u32::from_ne_bytes(record.get(i..i + 4)?.try_into().ok()?));
     let ns = u64::from_ne_bytes(record.get(8..16)?.try_into().ok()?);
-    Some((u32_at(0)?, u32_at(4)?, ns, u32_at(16)? as usize))
+    Some(Mark {
+        pid: u32_at(0)?,
+        tid: u32_at(4)?,
+        ns,
+        probe: u32_at(16)? as usize,
+        peer: u32_at(20)?.checked_sub(1),
+    })
 }
 
 /// The return program of a timed wait, adding only waits of at least `min_ns`; for those,
@@ -359,6 +388,51 @@ mod tests {
         assert_eq!(hits(), 25);
     }
 
+    /// What the mark programs probe in the test below: `ncclSend`'s shape (the peer fourth).
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn mark_probe_target(buffer: u64, count: u64, datatype: u64, peer: u64) -> u64 {
+        std::hint::black_box(buffer ^ count ^ datatype ^ peer)
+    }
+
+    #[test]
+    fn a_send_mark_carries_its_peer_and_other_marks_none() {
+        use super::super::bpf::{Attached, Program, UprobePmu};
+        use super::super::ring::Ring;
+        use std::sync::Arc;
+        // Needs CAP_BPF and CAP_PERFMON, as the test above.
+        let (Ok(ring), Ok(pmu)) = (
+            Ring::new(1 << 16),
+            UprobePmu::find(std::path::Path::new("/sys")),
+        ) else {
+            return;
+        };
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let offset =
+            super::super::elf::offsets(&bytes, &["mark_probe_target"]).unwrap()[0].unwrap();
+        let attach = |probe: u32, peer: bool| {
+            let program = Program::load(&mark(ring.fd(), probe, peer))
+                .map(Arc::new)
+                .unwrap();
+            Attached::new(pmu, &exe, offset, false, program).unwrap()
+        };
+        let _with_peer = attach(4, true);
+        let _without = attach(5, false);
+        for peer in [0, 3, 6] {
+            mark_probe_target(1, 2, 7, peer);
+        }
+        let mut marks = Vec::new();
+        ring.drain(|record| marks.extend(decode_mark(record)));
+        let mine = |probe: usize| -> Vec<Option<u32>> {
+            let pid = std::process::id();
+            let of = marks.iter().filter(|m| m.pid == pid && m.probe == probe);
+            of.map(|m| m.peer).collect()
+        };
+        assert_eq!(mine(4), [Some(0), Some(3), Some(6)]);
+        assert_eq!(mine(5), [None, None, None]);
+    }
+
     #[test]
     fn the_programs_jump_within_themselves() {
         well_formed(&count(3, 1, Measured::Nothing, None));
@@ -370,6 +444,7 @@ mod tests {
         well_formed(&wait_entry(4, 7, true, Some(9)));
         well_formed(&wait_exit(4, 5, 7, 0, None));
         well_formed(&wait_exit(4, 5, 7, 100_000, Some((6, 8))));
-        well_formed(&mark(6, 7));
+        well_formed(&mark(6, 7, false));
+        well_formed(&mark(6, 7, true));
     }
 }

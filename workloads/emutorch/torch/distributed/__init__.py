@@ -6,6 +6,7 @@ from .distributed_c10d import (  # noqa: F401
     ReduceOp,
     all_gather_into_tensor,
     all_reduce,
+    all_to_all_single,
     barrier,
     batch_isend_irecv,
     broadcast,

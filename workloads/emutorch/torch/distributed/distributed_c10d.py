@@ -119,6 +119,22 @@ def broadcast(tensor, src=0, group=None, async_op=False):
     return _collective(4, tensor, async_op)
 
 
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+    """ProcessGroupNCCL's all-to-all of equal splits as PyTorch issues it on NVIDIA's NCCL
+    (torch/csrc/cuda/nccl.cpp, all2all_single_equal_split): one group of a send and a receive
+    of a rank's share to and from every rank of the group, itself included; enqueued, as every
+    collective. At most eight ranks here (the stub's batch holds sixteen transfers)."""
+    if output_split_sizes is not None or input_split_sizes is not None:
+        raise NotImplementedError("the emulated torch splits an all-to-all equally only")
+    ranks = get_world_size()
+    share = input.nbytes // ranks
+    transfers = []
+    for peer in range(ranks):
+        transfers += [(True, peer, share), (False, peer, share)]
+    _C._nccl_p2p(transfers)
+    return _Work() if async_op else None
+
+
 def send(tensor, dst, group=None, tag=0):
     """ProcessGroupNCCL's send: ncclSend on the current stream; wait() makes the stream wait for
     it, not the host."""

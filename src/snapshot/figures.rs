@@ -98,8 +98,9 @@ figures! {
         ras: Option<ProcessRas>,
     }
     signals {
-        /// Whether the GPU answered (over the window: on every tick).
-        up: bool => all -> bool,
+        /// Whether the GPU answered (over the window: unless it missed its last ticks in a
+        /// row or half of them, [`answering`]).
+        up: bool => answering -> bool,
         /// Busy fraction: mean of NVML's utilization samples (or GPU-Util where samples are
         /// missing).
         busy: Option<f64> => mean -> Option<f64>,
@@ -324,9 +325,18 @@ fn share<'a>(values: impl Iterator<Item = &'a Option<bool>>) -> Option<f64> {
     average(values.map(|v| v.map(|b| if b { 1.0 } else { 0.0 })))
 }
 
-/// Whether it held on every tick.
-fn all<'a>(mut values: impl Iterator<Item = &'a bool>) -> bool {
-    values.all(|v| *v)
+/// Ticks in a row a GPU must miss, up to the latest, to count as not answering.
+const DOWN_TICKS: usize = 3;
+
+/// Whether the GPU answered over the window: a missed tick is one call past the deadline (on
+/// a loaded node, or while the driver is busy elsewhere), counted in the self-metrics and
+/// logged, not a failing device; one that missed its last [`DOWN_TICKS`] in a row, or half of
+/// the window's, is down.
+fn answering<'a>(values: impl Iterator<Item = &'a bool>) -> bool {
+    let answered: Vec<bool> = values.copied().collect();
+    let missed = answered.iter().filter(|up| !**up).count();
+    let missed_last = answered.iter().rev().take_while(|up| !**up).count();
+    missed_last < DOWN_TICKS && 2 * missed < answered.len().max(1)
 }
 
 /// The latest tick's value.
@@ -435,5 +445,21 @@ mod tests {
         let link = w.link.unwrap();
         assert!((link.receive_utilization - 0.3).abs() < 1e-12);
         assert_eq!(w.job_gap, None);
+    }
+
+    #[test]
+    fn a_gpu_is_down_once_it_missed_its_last_ticks_or_half_of_them_not_one_slow_call() {
+        let over =
+            |ticks: &str| answering(ticks.chars().map(|c| c == 'u').collect::<Vec<_>>().iter());
+        // One call past the deadline, or two apart, in a window of answers: up.
+        assert!(over("uuuuuduuuu"));
+        assert!(over("uuduuuuudu"));
+        assert!(over("uuuuuuuudd"));
+        // The last three missed in a row (a GPU that stopped answering), or half of the
+        // window (one that answers now and then): down.
+        assert!(!over("uuuuuuuddd"));
+        assert!(!over("dudududuud"));
+        assert!(!over("d"));
+        assert!(over(""));
     }
 }

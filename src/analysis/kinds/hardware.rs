@@ -1,10 +1,13 @@
 //! **hardware**: the device itself is failing.
 //!
-//! Evidence: the GPU stopped answering (NVML's GpuLost), new XID or uncorrected ECC errors in
+//! Evidence: the GPU stopped answering (NVML's GpuLost, or its calls past the deadline on its
+//! last three ticks in a row or on half of the window's), new XID or uncorrected ECC errors in
 //! the window, a row remap pending or failed. Facts the device reports: a failing device is
 //! named the primary verdict before any cost, and it counts on an idle GPU too.
 //!
-//! Near misses: corrected ECC errors and errors counted before the window are not events.
+//! Near misses: corrected ECC errors and errors counted before the window are not events; one
+//! call past the deadline (a loaded node, a busy driver) is `gpu_up` 0 for that tick and a log
+//! line, not a failing device.
 
 use super::rule::Rule;
 use super::{Advice, KindSpec, Phase};

@@ -146,7 +146,9 @@ impl GpuSource {
             match (self.down.contains(&gpu.index), gpu.up) {
                 (true, true) => {
                     self.down.remove(&gpu.index);
-                    tracing::info!(gpu = gpu.index, uuid = %gpu.uuid, "GPU answering again");
+                    // At the loss's level: a log read at `warn` that shows the loss shows its
+                    // end (a loss alone reads as a GPU gone for good).
+                    tracing::warn!(gpu = gpu.index, uuid = %gpu.uuid, "GPU answering again");
                 }
                 (false, false) => {
                     self.down.insert(gpu.index);

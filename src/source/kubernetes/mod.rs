@@ -184,7 +184,7 @@ fn refresh_loop(
             match result {
                 Ok(found) => {
                     if latest.error.take().is_some() {
-                        tracing::info!(socket = %socket.display(), "kubelet pod-resources answering again");
+                        tracing::warn!(socket = %socket.display(), "kubelet pod-resources answering again");
                     }
                     latest.answer = Some(found);
                 }

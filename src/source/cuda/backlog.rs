@@ -132,6 +132,7 @@ mod tests {
             kind: 0,
             once_a_step: false,
             role,
+            peer: None,
         }
     }
 

@@ -54,6 +54,8 @@ pub struct Call {
     pub kind: u32,
     pub once_a_step: bool,
     pub role: Role,
+    /// The peer of an NCCL send (`None` for every other call).
+    pub peer: Option<u32>,
 }
 
 /// What a call means for the GPU's queue.
@@ -354,6 +356,7 @@ pub(super) mod tests {
                 kind,
                 once_a_step: kind == UPLOAD,
                 role: Role::Other,
+                peer: None,
             }));
             start += at(step_ms);
         }
@@ -409,6 +412,7 @@ pub(super) mod tests {
                     kind: 30,
                     once_a_step: false,
                     role: Role::Other,
+                    peer: None,
                 });
                 std::iter::once(c).chain(sync)
             })
@@ -431,6 +435,7 @@ pub(super) mod tests {
                 kind,
                 once_a_step: kind == UPLOAD,
                 role,
+                peer: None,
             };
             for period in 0..30u64 {
                 let mut ns = 1_000 * MS + period * 140 * MS;
@@ -556,6 +561,7 @@ pub(super) mod tests {
                         kind,
                         once_a_step: false,
                         role: Role::Other,
+                        peer: None,
                     }
                 })
                 .collect();

@@ -51,7 +51,7 @@ use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
 use self::maps::{per_process, per_process_and_threads, read_map, Maps};
-use self::peers::SendPeers;
+use self::peers::send_peers;
 use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
 pub use self::readings::{fold, launches_between};
@@ -251,8 +251,6 @@ pub struct CudaSource {
     collectives_seen: HashMap<u32, CollectivesSeen>,
     /// Each process's recent marked calls and its step.
     steps: Steps,
-    /// The peers each process's NCCL sends went to lately.
-    send_peers: SendPeers,
 }
 
 impl CudaSource {
@@ -293,7 +291,6 @@ impl CudaSource {
             launches: HashMap::new(),
             collectives_seen: HashMap::new(),
             steps: Steps::default(),
-            send_peers: SendPeers::default(),
         }
     }
 
@@ -503,9 +500,6 @@ impl Source for CudaSource {
                 if !keep.contains(&mark.pid) {
                     return;
                 }
-                if let Some(peer) = mark.peer {
-                    self.send_peers.note(mark.pid, peer, mark.ns);
-                }
                 let kind = mark.probe as u32;
                 // A batch's upload and a graph's launch come once a step.
                 let counted = PROBES.get(mark.probe).and_then(|p| p.counted);
@@ -516,12 +510,12 @@ impl Source for CudaSource {
                     kind,
                     once_a_step,
                     role: role(kind),
+                    peer: mark.peer,
                 };
                 self.steps.add(mark.pid, call);
             })
         }
         self.steps.retain(&keep);
-        self.send_peers.retain(&keep);
         let now_ns = monotonic_ns();
         for process in &mut snapshot.cuda {
             process.step = self.steps.step(process.pid, now_ns);
@@ -529,9 +523,7 @@ impl Source for CudaSource {
                 .steps
                 .calls_since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
             process.backlog_busy = backlog_busy(recent);
-            process.send_peers = self
-                .send_peers
-                .since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
+            process.send_peers = send_peers(recent);
             process.transfers_per_step = process
                 .step
                 .and_then(|s| per_step(recent, s.seconds, |c| is_transfer(c.kind)));

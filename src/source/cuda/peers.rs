@@ -1,71 +1,46 @@
-//! Which ranks each GPU process's NCCL sends went to lately, from the sends' marks (each
-//! carries its peer). A pipeline stage sends to the stages beside it, two at most; an
-//! all-to-all (expert parallelism's token dispatch and combine, which PyTorch issues as one
-//! group of a send and a receive for every rank of the group, itself included) sends to every
-//! rank: how many peers tells the two apart where both are sends and receives to NCCL.
+//! Which ranks a GPU process's NCCL sends went to lately, from the sends' marks (each carries
+//! its peer). A pipeline stage sends to the stages beside it, two at most; an all-to-all
+//! (expert parallelism's token dispatch and combine, which PyTorch issues as one group of a
+//! send and a receive for every rank of the group, itself included) sends to every rank: how
+//! many peers tells the two apart where both are sends and receives to NCCL.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-/// Per process, each peer its sends went to and when the last one went.
-#[derive(Debug, Default)]
-pub struct SendPeers {
-    last_sent: HashMap<u32, HashMap<u32, u64>>,
-}
+use super::cadence::Call;
 
-impl SendPeers {
-    /// Notes a send of process `pid` to `peer` at `ns`.
-    pub fn note(&mut self, pid: u32, peer: u32, ns: u64) {
-        let last = self
-            .last_sent
-            .entry(pid)
-            .or_default()
-            .entry(peer)
-            .or_insert(ns);
-        *last = (*last).max(ns);
-    }
-
-    /// How many peers `pid` sent to since `since_ns`; `None` where it sent to none. Peers
-    /// not sent to since are forgotten.
-    pub fn since(&mut self, pid: u32, since_ns: u64) -> Option<u32> {
-        let peers = self.last_sent.get_mut(&pid)?;
-        peers.retain(|_, last| *last >= since_ns);
-        let count = peers.len() as u32;
-        if count == 0 {
-            self.last_sent.remove(&pid);
-        }
-        (count > 0).then_some(count)
-    }
-
-    /// Forgets the processes not in `keep`.
-    pub fn retain(&mut self, keep: &HashSet<u32>) {
-        self.last_sent.retain(|pid, _| keep.contains(pid));
-    }
+/// How many ranks the sends among `calls` went to; `None` where there is no send. Pure.
+pub fn send_peers(calls: &[Call]) -> Option<u32> {
+    let peers: HashSet<u32> = calls.iter().filter_map(|c| c.peer).collect();
+    (!peers.is_empty()).then_some(peers.len() as u32)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::cuda::cadence::Role;
+
+    fn sends(peers: &[u32]) -> Vec<Call> {
+        let call = |ns: u64, peer: Option<u32>| Call {
+            ns,
+            tid: 1,
+            kind: 0,
+            once_a_step: false,
+            role: Role::Work,
+            peer,
+        };
+        let mut calls: Vec<Call> = peers.iter().map(|&p| call(10, Some(p))).collect();
+        // A receive or a sync carries no peer.
+        calls.push(call(20, None));
+        calls
+    }
 
     #[test]
-    fn the_peers_sent_to_lately_are_counted_per_process() {
-        let mut peers = SendPeers::default();
-        // A middle stage: the next stage (activations) and the one before (gradients).
-        for (ns, peer) in [(10, 2), (20, 0), (30, 2), (40, 0)] {
-            peers.note(7, peer, ns);
-        }
+    fn the_ranks_sent_to_are_counted_once_each() {
+        // A middle stage: the next stage and the one before, many times each.
+        assert_eq!(send_peers(&sends(&[2, 0, 2, 0, 2])), Some(2));
         // A rank of a four-rank all-to-all: every rank, itself included.
-        for peer in [0, 1, 2, 3] {
-            peers.note(8, peer, 35);
-        }
-        assert_eq!(peers.since(7, 0), Some(2));
-        assert_eq!(peers.since(8, 0), Some(4));
-        assert_eq!(peers.since(9, 0), None);
-        // Peer 2 last at 30: gone from a window that starts later, and forgotten.
-        assert_eq!(peers.since(7, 35), Some(1));
-        assert_eq!(peers.since(7, 0), Some(1));
-        assert_eq!(peers.since(8, 36), None);
-        assert_eq!(peers.since(8, 0), None);
-        peers.retain(&HashSet::from([8]));
-        assert_eq!(peers.since(7, 0), None);
+        assert_eq!(send_peers(&sends(&[0, 1, 2, 3])), Some(4));
+        // No send.
+        assert_eq!(send_peers(&sends(&[])), None);
     }
 }

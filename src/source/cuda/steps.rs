@@ -228,6 +228,7 @@ mod tests {
             kind,
             once_a_step: kind == UPLOAD,
             role,
+            peer: None,
         }
     }
 }

@@ -124,7 +124,8 @@ def config(port, library, window, min_duration, probes=True):
     return (
         f"listen_address: 127.0.0.1:{port}\n"
         "sample_interval: 1s\n"
-        "log_level: warn\n"
+        # Info: the probes' attachments and every source's losses, for a failed run's report.
+        "log_level: info\n"
         "sources:\n"
         f"  gpu: {{nvml_library: {library}}}\n"
         "  kubernetes: {enabled: false}\n"
@@ -346,6 +347,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         seen = history[gpu]
         final = seen[-1][1] if seen else "none"
         row = {"workload": name, "gpu": gpu, "primary": final, "evidence": evidence(last[gpu]) if gpu in last else ""}
+        row.update(work=work, seen=seen)
         if gpu in truths:
             full, busy = truths[gpu]
             # Kernel efficiency is unobservable without GPM: compared as the device shows it.
@@ -393,6 +395,34 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
         )
         rows.append(row)
     return rows
+
+
+def failure_report(rows):
+    """What a missed run saw: its primary verdict second by second (runs of one verdict), and
+    the tails of the exporter's and the workload's logs."""
+    lines = []
+    for r in rows:
+        if r["ok"]:
+            continue
+        spans = []
+        for at, primary in r["seen"]:
+            if spans and spans[-1][2] == primary:
+                spans[-1][1] = at
+            else:
+                spans.append([at, at, primary])
+        timeline = ", ".join(f"{a:.0f}-{b:.0f} s {p}" for a, b, p in spans)
+        lines.append(f"  MISS {r['workload']} GPU {r['gpu']}: expected {r['expected']}, {timeline}")
+        lines.append(f"    evidence at the end: {r['evidence']}")
+    for log in ("exporter.log", "workload.log"):
+        path = os.path.join(rows[0]["work"], log)
+        try:
+            with open(path, errors="replace") as f:
+                tail = f.readlines()[-15:]
+        except OSError as error:
+            tail = [f"(unreadable: {error})\n"]
+        lines.append(f"  last lines of {path}:")
+        lines += [f"    {line.rstrip()}" for line in tail]
+    return "\n".join(lines)
 
 
 def table(rows):
@@ -546,7 +576,17 @@ def main():
             parser.error(f"no such workload: {', '.join(unknown)} (have: {', '.join(suite)})")
         for name in chosen:
             print(f"{name} ...", file=sys.stderr, flush=True)
-            rows += run_one(name, suite[name], args)
+            result = run_one(name, suite[name], args)
+            # The test command's run on a shared machine: a miss is reported with what the
+            # exporter saw, and the workload runs once more; it passes only if the rerun agrees
+            # (a machine's hiccup passes, an exporter that misses one run in two rarely does).
+            if args.strict and args.fast and not all(r["ok"] for r in result):
+                print(failure_report(result), file=sys.stderr, flush=True)
+                print(f"{name} (rerun after a miss) ...", file=sys.stderr, flush=True)
+                result = run_one(name, suite[name], args)
+                for r in result:
+                    r["workload"] += " (rerun)"
+            rows += result
             save(rows, args.json)
     print(table(rows))
     print(summary(rows))

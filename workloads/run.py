@@ -451,6 +451,11 @@ def judged(rows):
     return [r for r in rows if "truth" in r and r["primary"] not in UNTIMED]
 
 
+# How close two of the truth's causes must be to be a tie: its shares move more than this
+# between two runs of the same loop.
+TIE = 0.02
+
+
 def summary(rows):
     """Agreement with the truth's primary cause and the lost-time error, over the rows that
     have a truth (memory pressure and hardware verdicts cost no measurable time: left out);
@@ -466,6 +471,21 @@ def summary(rows):
         f"against the ground truth: {len(judged_rows)} runs, primary agrees on {agree} "
         f"({100 * agree / len(judged_rows):.0f} %), mean absolute error of the lost-time shares {mae:.3f}",
     ]
+    # A truth whose top two causes cost the same within a run's noise names either: said apart,
+    # never counted as agreement.
+    ties = [
+        r
+        for r in judged_rows
+        if r["primary"] != r["truth"]
+        and r["primary"] in r["truth_shares"]
+        and r["truth_shares"][r["truth"]] - r["truth_shares"][r["primary"]] <= TIE
+    ]
+    if ties:
+        names = ", ".join(f"{r['workload'].split(' (')[0]} GPU {r['gpu']}" for r in ties)
+        lines.append(
+            f"  {len(ties)} of the others name a cause the truth itself has within {TIE} of its "
+            f"primary (a tie in the loop's own record): {names}"
+        )
     hidden = [r for r in judged_rows if r.get("unobservable", {}).get("kernel_efficiency", 0) >= 0.1]
     if hidden:
         lines.append(

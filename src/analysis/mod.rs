@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | observe | [`observe`], [`jobs`], [`device`] | a snapshot → one [`GpuObservation`] per GPU (a MIG GPU read through its main process's instance); each rank's working peer ([`peers::mark_working_peers`]) |
 //! | window | [`WindowFigures::over`] | a GPU's observations → its window figures (each signal declared once, with its fold: `snapshot/figures.rs`) |
-//! | peers | [`peers`] | the GPUs of one job compared: busy gaps, the collectives' cap |
+//! | peers | [`peers`], `spin` | the GPUs of one job compared: busy gaps, the collectives' cap, how long each rank's GPU spun for its peers |
 //! | score | [`kinds`] | each kind's counter rule (one file per kind, [`Kind::spec`]) |
 //! | attribute | [`attribute`] | the window's GPU time split by cause ([`LostTime`]) |
 //! | judge | [`judge`] | each kind's score against the split: observed or inferred |
@@ -35,6 +35,7 @@ pub mod peers;
 pub mod pipeline;
 pub mod ras;
 pub mod score;
+mod spin;
 pub mod text;
 
 use std::collections::{BTreeMap, VecDeque};

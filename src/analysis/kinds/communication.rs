@@ -13,7 +13,9 @@
 //! GPU is busy with empty SMs longer than its job's least busy rank, plus what that rank spun
 //! while its peers' GPUs idled for their input, or its SMs sit empty longer than any peer's (a
 //! peer slow because it computes longer, a throttled GPU, is as busy; only between ranks that
-//! run the same kernels, not pipeline stages) (`spun_for_peers`; every rank spins alike for a saturated link, and for a slow rank on another node where the
+//! run the same kernels, not pipeline stages); on MIG slices (no busy time), its host's wait
+//! in the driver after its collectives beyond the least waiting rank's (identical ranks drain
+//! the same queued compute there) (`spun_for_peers`; every rank spins alike for a saturated link, and for a slow rank on another node where the
 //! launcher says the job spans nodes: there the host's waits in the driver, at most the
 //! empty-SM time); a pipeline stage's schedule besides (`pipeline_bubble`, inferred): GPipe and
 //! 1F1B leave each of `S` stages waiting `(S - 1) / (M + S - 1)` of the step for `M`

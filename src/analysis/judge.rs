@@ -106,15 +106,7 @@ mod tests {
             point_to_point: Some(true),
             transfers_per_step: Some(8.0),
             pipeline_bubble: Some(0.2),
-            stacks: Some(ProcessStacks {
-                pid: 1,
-                samples: 100,
-                shares,
-                top_frames: Vec::new(),
-                recent_samples: 10,
-                recent_shares: shares,
-                followed_thread: None,
-            }),
+            stacks: Some(ProcessStacks::sampled(100, shares)),
             ..WindowFigures::default()
         };
         let t = Thresholds::default();

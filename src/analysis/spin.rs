@@ -169,15 +169,7 @@ mod tests {
         shares[Activity::DataLoader] = loader;
         WindowFigures {
             collective_wait: Some(wait),
-            stacks: Some(crate::snapshot::ProcessStacks {
-                pid: 1,
-                samples: 40,
-                shares,
-                top_frames: Vec::new(),
-                recent_samples: 10,
-                recent_shares: shares,
-                followed_thread: None,
-            }),
+            stacks: Some(crate::snapshot::ProcessStacks::sampled(40, shares)),
             ..WindowFigures::default()
         }
     }

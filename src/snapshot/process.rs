@@ -260,6 +260,20 @@ impl ProcessStacks {
     pub fn share(&self, activity: Activity) -> f64 {
         self.shares[activity]
     }
+
+    /// A test's stacks: `samples` in the window, the recent ones alike, shared as `shares`.
+    #[cfg(test)]
+    pub fn sampled(samples: u32, shares: PerActivity<f64>) -> ProcessStacks {
+        ProcessStacks {
+            pid: 1,
+            samples,
+            shares,
+            top_frames: Vec::new(),
+            recent_samples: 10,
+            recent_shares: shares,
+            followed_thread: None,
+        }
+    }
 }
 
 /// One of the node's busiest processes outside the GPU process trees.

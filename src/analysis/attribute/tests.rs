@@ -2,19 +2,10 @@
 
 use super::*;
 use crate::analysis::{InputSource, Kind};
-use crate::snapshot::{FrameShare, PerActivity};
+use crate::snapshot::PerActivity;
 
 fn stacks(shares: [f64; 5]) -> Option<ProcessStacks> {
-    let shares = PerActivity(shares);
-    Some(ProcessStacks {
-        pid: 1,
-        samples: 100,
-        shares,
-        top_frames: Vec::<FrameShare>::new(),
-        recent_samples: 10,
-        recent_shares: shares,
-        followed_thread: None,
-    })
+    Some(ProcessStacks::sampled(100, PerActivity(shares)))
 }
 
 fn split(w: WindowFigures) -> LostTime {

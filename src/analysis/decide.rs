@@ -172,6 +172,7 @@ fn lost_over_window(
     {
         stacks.shares = stacks.recent_shares;
     }
+    tick.time_stacks();
     let splits = &mut state.splits;
     while splits.front().is_some_and(|(when, _)| *when <= horizon) {
         splits.pop_front();

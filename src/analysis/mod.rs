@@ -100,7 +100,9 @@ impl Analyzer {
                     .flat_map(|(_, tick)| tick)
                     .filter(|o| o.uuid == now.uuid)
                     .collect();
-                WindowFigures::over(&history)
+                let mut window = WindowFigures::over(&history);
+                window.time_stacks();
+                window
             })
             .collect();
         let t = &self.thresholds;

@@ -153,6 +153,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 loop_cpu_wait: context.and_then(|c| c.loop_cpu_wait_ratio),
                 stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
+                stacked_thread_waited: main.and_then(|p| {
+                    let followed = stacks.get(&p.pid).and_then(|s| s.followed_thread);
+                    Some(cuda.get(&p.pid)?.thread_waited(followed.unwrap_or(p.pid)))
+                }),
                 culprits: snapshot.culprits.clone(),
                 workers: context.map(|c| c.workers.count),
                 workers_max_cpu: context.and_then(|c| c.workers.max_cpu_ratio),

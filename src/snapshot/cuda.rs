@@ -214,6 +214,15 @@ impl ProcessCuda {
     }
 }
 
+impl ProcessCuda {
+    /// Share of the last interval thread `tid` spent inside driver waits: 0 for a thread that
+    /// did not wait (and on the source's first read, which has no interval yet).
+    pub fn thread_waited(&self, tid: u32) -> f64 {
+        let thread = self.threads.iter().find(|t| t.tid == tid);
+        thread.map_or(0.0, |t| t.wait_ratio)
+    }
+}
+
 /// How recently a process must have issued a collective for its waits to count as waits for
 /// it, in seconds (two reads at the default interval).
 const RECENT_COLLECTIVE_S: f64 = 2.0;

@@ -50,9 +50,49 @@ per!(
     9
 );
 
+impl PerActivity<f64> {
+    /// The shares with `activity`'s set to `share` (a better measure of it than the samples),
+    /// the others scaled to share the rest as they did; where the samples saw nothing else,
+    /// the rest is `Other` (the thread was somewhere no sample showed).
+    pub fn with_share(&self, activity: Activity, share: f64) -> PerActivity<f64> {
+        let share = share.clamp(0.0, 1.0);
+        let rest = 1.0 - self[activity];
+        let mut shares = *self;
+        if rest > 1e-9 {
+            for value in shares.0.iter_mut() {
+                *value *= (1.0 - share) / rest;
+            }
+        } else {
+            shares[Activity::Other] = 1.0 - share;
+        }
+        shares[activity] = share;
+        shares
+    }
+}
+
 impl PerCause<f64> {
     /// The sum over the causes.
     pub fn total(&self) -> f64 {
         self.0.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_measured_share_replaces_the_sampled_one_and_the_rest_keep_their_proportions() {
+        let sampled = PerActivity([0.2, 0.1, 0.0, 0.6, 0.1]);
+        let rounded = |shares: PerActivity<f64>| shares.0.map(|v| (v * 100.0).round() / 100.0);
+        let timed = sampled.with_share(Activity::GpuSync, 0.28);
+        assert_eq!(rounded(timed), [0.16, 0.28, 0.0, 0.48, 0.08]);
+        assert!((timed.0.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        // Every sample in a sync, the timing saying 80 %: the rest is where no sample was.
+        let all_sync = PerActivity([0.0, 1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(
+            rounded(all_sync.with_share(Activity::GpuSync, 0.8)),
+            [0.0, 0.8, 0.0, 0.0, 0.2]
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! Where the lost GPU time went: the window's idle time split by cause, and the busy time that
 //! was wasted or went to other processes. Pure: window figures in, shares of the window out.
 //!
-//! **Observed** (the main thread's stacks hold at least `stack_samples_min` samples):
+//! **Observed** (the main thread's stacks hold at least `stack_samples_min` samples; with the
+//! CUDA probes, the share of its time in a sync is the time they timed the thread in driver
+//! waits, the other activities sharing the rest as sampled: `WindowFigures::time_stacks`):
 //!
 //! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
 //!    works while the thread waits for it (synchronizing, or held in a launch by a full

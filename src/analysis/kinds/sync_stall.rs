@@ -8,7 +8,8 @@
 //! decides it however busy its core looks (CUDA's spin wait holds the core). With the CUDA
 //! probes a sample counts as synchronizing when the thread was inside a driver wait, whatever
 //! its line reads (`bool(t)`, a NaN check, `.to("cuda")` from pageable memory name no sync),
-//! and not when it was outside (`.tolist()` of a host array reads like one). Observed, its
+//! and not when it was outside (`.tolist()` of a host array reads like one), and the thread's
+//! share in syncs is the time the probes timed it in driver waits. Observed, its
 //! cost is the time the thread waited for a GPU that ran none of the job's work plus the
 //! idle time in the Python that followed a sync on an empty queue, up to the time the thread
 //! was held in syncs while the GPU worked (without them it would have been that far ahead).

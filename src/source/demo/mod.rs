@@ -487,15 +487,11 @@ impl DemoSource {
 impl DemoSource {
     /// What a case's process asks of the CUDA driver (the probes' view): a step's launches
     /// from the main thread and the autograd engine's, its batch uploaded and its loss read
-    /// back, and the main thread's share of time inside driver waits (most of it in the
-    /// sync-stall case).
+    /// back, and the main thread's share of time inside driver waits (its stack samples' share
+    /// in a sync: the probes time what the samples see).
     fn cuda(role: Role, pid: u32, now: Duration) -> ProcessCuda {
         let seconds = now.as_secs_f64();
-        let wait_ratio = match role {
-            Role::SyncStall => 0.6,
-            Role::Idle => 0.0,
-            _ => 0.05,
-        };
+        let wait_ratio = Self::stacks(role, pid).shares[Activity::GpuSync];
         let launches = if role == Role::Idle { 0.0 } else { 2400.0 };
         let steps = if role == Role::Idle { 0.0 } else { 20.0 };
         // The job's ranks all-reduce their gradients: four 25 MB DDP buckets a step.

@@ -477,7 +477,7 @@ def summary(rows):
         r
         for r in judged_rows
         if r["primary"] != r["truth"]
-        and r["primary"] in r["truth_shares"]
+        and {r["primary"], r["truth"]} <= r["truth_shares"].keys()
         and r["truth_shares"][r["truth"]] - r["truth_shares"][r["primary"]] <= TIE
     ]
     if ties:

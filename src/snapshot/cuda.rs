@@ -212,9 +212,7 @@ impl ProcessCuda {
             .or_else(|| self.threads.iter().find(|t| t.launches_per_second > 0.0))
             .map(|t| t.tid)
     }
-}
 
-impl ProcessCuda {
     /// Share of the last interval thread `tid` spent inside driver waits: 0 for a thread that
     /// did not wait (and on the source's first read, which has no interval yet).
     pub fn thread_waited(&self, tid: u32) -> f64 {

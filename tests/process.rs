@@ -732,7 +732,7 @@ time.sleep(600)
 }
 
 #[test]
-fn workers_context_switches_are_read_every_few_seconds_and_shared_over_that_span() {
+fn status_files_are_read_every_few_seconds_and_switches_shared_over_that_span() {
     let work = TempDir::new("switches");
     let fixtures = work.path().join("fixtures");
     copy_tree(
@@ -754,7 +754,7 @@ fn workers_context_switches_are_read_every_few_seconds_and_shared_over_that_span
             );
         std::fs::write(&path, text).unwrap();
     }
-    let share = |trees: &[&str]| {
+    let last = |trees: &[&str]| {
         let snapshot = sample_ticks(
             work.path(),
             &fixtures,
@@ -762,10 +762,21 @@ fn workers_context_switches_are_read_every_few_seconds_and_shared_over_that_span
             ProcessConfig::default(),
             || node_with_gpu_process(1000, "python3"),
         );
-        context(&snapshot).workers.voluntary_switch_share
+        context(&snapshot).clone()
     };
-    // A second after the first reading the switches are not read again: no share yet.
-    assert_eq!(share(&["t0", "t1"]), None);
-    // Five seconds after, they are: 30 voluntary of 40 switches.
-    common::assert_close(share(&["t0", "t1", "t1", "t1", "t1", "t1"]), 0.75);
+    // A second after the first reading the switches are not read again: no share yet, and
+    // the rank's status (its own switches: 300 and 50 at t0, 310 and 52 at t1) is carried.
+    let second = last(&["t0", "t1"]);
+    assert_eq!(second.workers.voluntary_switch_share, None);
+    assert_eq!(
+        (second.voluntary_switches, second.involuntary_switches),
+        (300, 50)
+    );
+    // Five seconds after, they are: 30 voluntary of 40 switches; the rank's are t1's.
+    let sixth = last(&["t0", "t1", "t1", "t1", "t1", "t1"]);
+    common::assert_close(sixth.workers.voluntary_switch_share, 0.75);
+    assert_eq!(
+        (sixth.voluntary_switches, sixth.involuntary_switches),
+        (310, 52)
+    );
 }

@@ -117,10 +117,10 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         if Instant::now() >= deadline {
             return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
         }
-        // The driver blocks in the kernel; polling the scenario ten times a second keeps the
+        // The driver blocks in the kernel; polling the scenario four times a second keeps the
         // fake's own cost out of the exporter's benchmarks.
         std::thread::sleep(
-            Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())),
+            Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now())),
         );
     }
 }

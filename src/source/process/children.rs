@@ -22,9 +22,10 @@ pub struct Descendant {
     pub ppid: u32,
     /// Command name (`comm`).
     pub comm: String,
-    /// The executable it runs (`/proc/<pid>/exe`), where readable.
+    /// The executable it runs (`/proc/<pid>/exe`), where readable and needed (not where a
+    /// descendant carries the DataLoader's worker name).
     pub exe: Option<String>,
-    /// Its command line, arguments joined by spaces.
+    /// Its command line, arguments joined by spaces (empty where not needed, as `exe`).
     pub cmdline: String,
 }
 
@@ -62,9 +63,10 @@ pub fn loader_workers(rank_exe: Option<&str>, found: &[Descendant]) -> Vec<u32> 
             .find(|(pid, _)| *pid == d.ppid)
             .map(|(_, r)| *r);
         let role = match parent {
+            // Named workers are loaders whatever started them (a forkserver, a helper).
+            _ if named && d.comm == LOADER_WORKER_NAME => Role::Loader,
             Some(Role::Loader) => Role::Loader,
             Some(Role::Other) => Role::Other,
-            _ if named && d.comm == LOADER_WORKER_NAME => Role::Loader,
             // What a forkserver forks carries its command line too.
             Some(Role::Forkserver) if named => Role::Other,
             Some(Role::Forkserver) => Role::Loader,
@@ -122,6 +124,17 @@ mod tests {
             loader_workers(Some(PYTHON), &rank_tree(LOADER_WORKER_NAME)),
             vec![30, 31, 40]
         );
+        // Names and parents decide alone: discovery reads no executables or command lines
+        // where a worker is named.
+        let unread: Vec<Descendant> = rank_tree(LOADER_WORKER_NAME)
+            .into_iter()
+            .map(|d| Descendant {
+                exe: None,
+                cmdline: String::new(),
+                ..d
+            })
+            .collect();
+        assert_eq!(loader_workers(None, &unread), vec![30, 31, 40]);
     }
 
     #[test]

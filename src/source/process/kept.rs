@@ -1,7 +1,9 @@
 //! The per-tick /proc files of the GPU processes and their workers, kept open between ticks.
 //!
-//! A tick reads five small files of every loader worker and six of every rank (stat, status,
-//! io, schedstat, the blocking system call). Opening one costs a path walk and a permission
+//! A tick reads three or four small files of every loader worker (stat, io, schedstat, the
+//! blocking system call of one asleep) and five of every rank (stat, io, schedstat, its main
+//! thread's stat, its busiest other thread's schedstat); `status` files, read every few
+//! seconds, are opened each time. Opening one costs a path walk and a permission
 //! check, closing it a release: together more than the read itself (measured on the
 //! training-shaped bench: open and close were 25 % of the exporter's CPU). The kernel
 //! regenerates a /proc file on every read from offset 0, so each is opened once and read
@@ -73,7 +75,7 @@ impl KeptFiles {
 }
 
 /// A file's whole text from offset 0, in one `pread` where it fits the first buffer.
-fn read_whole(path: &Path, file: &File) -> Result<String, ReadError> {
+pub(super) fn read_whole(path: &Path, file: &File) -> Result<String, ReadError> {
     let mut text = vec![0; BUFFER];
     let mut length = 0;
     loop {

@@ -52,8 +52,11 @@ pub(crate) enum ReadError {
     Other(String),
 }
 
+/// Opened and read in `pread`s, without the size query and seek `read_to_string` adds: a
+/// /proc file reports no size, and every system call counts at thousands of files a minute.
 pub(crate) fn read(path: &Path) -> Result<String, ReadError> {
-    std::fs::read_to_string(path).map_err(|e| classify(path, &e))
+    let file = std::fs::File::open(path).map_err(|e| classify(path, &e))?;
+    kept::read_whole(path, &file)
 }
 
 /// ENOENT and ESRCH: the task is gone; EACCES and EPERM: refused.
@@ -77,10 +80,12 @@ fn parse_stat_of(path: &Path, text: &str) -> Result<Stat, ReadError> {
 /// The signal `/proc/<pid>/io` feeds, named as `gpu_exporter_signal_supported` labels it.
 pub const READ_BYTES_SIGNAL: &str = "process_read_bytes";
 
-/// How often a worker's context switches are read: they come from its `status`, the
-/// costliest of its files (1.4 KiB the kernel formats, half of what a worker's reads cost on
-/// a tick), and only their window's share of voluntary switches is used.
-const SWITCHES_EVERY: Duration = Duration::from_secs(5);
+/// How often a `status` file is read, a worker's (for its context switches) or a rank's
+/// (owner, resident memory, CPU affinity, switches): the costliest of a task's files (1.4 KiB
+/// the kernel formats, half of what a worker's reads cost on a tick), and nothing in it is
+/// needed to the second: of the switches only a window's share is used, and the rest changes
+/// rarely. A tick in between carries the last reading.
+const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 /// CPU and I/O counters of one task, kept between ticks.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,7 +94,7 @@ struct Ticks {
     /// The part of `cpu` spent in the kernel (system calls: reads, receives, page faults).
     system: u64,
     /// Voluntary and involuntary context switches, and when they were read (for workers only,
-    /// every [`SWITCHES_EVERY`]).
+    /// every [`STATUS_EVERY`]).
     switches: Option<(u64, u64, Duration)>,
     blkio: u64,
     read_bytes: Option<u64>,
@@ -123,6 +128,8 @@ pub struct ProcessSource {
     /// Per GPU process (pid, start time): the distributed job its launcher described, read
     /// once.
     worlds: HashMap<(u32, u64), Option<World>>,
+    /// Per GPU process (pid, start time): its last `status` and when it was read.
+    statuses: HashMap<(u32, u64), (Duration, procfs::Status)>,
 }
 
 impl ProcessSource {
@@ -141,6 +148,7 @@ impl ProcessSource {
             cgroups: CgroupReader::new(&roots.procfs, &roots.sysfs),
             kept: KeptFiles::new(&roots.procfs),
             worlds: HashMap::new(),
+            statuses: HashMap::new(),
             roots,
         }
     }
@@ -223,15 +231,23 @@ impl ProcessSource {
             Err(ReadError::Denied) => return Err(format!("/proc/{pid}/stat: permission denied")),
             Err(ReadError::Other(e)) => return Err(e),
         };
-        let status = match self.kept.read(&self.proc_path(pid, "status")) {
-            Ok(text) => {
-                procfs::parse_status(&text).map_err(|e| format!("/proc/{pid}/status: {e}"))?
-            }
-            Err(ReadError::Gone) => return Ok(None),
-            Err(ReadError::Denied) => return Err(format!("/proc/{pid}/status: permission denied")),
-            Err(ReadError::Other(e)) => return Err(e),
-        };
         let key = (pid, stat.starttime);
+        let status = match self.statuses.get(&key) {
+            Some((at, status)) if now.saturating_sub(*at) < STATUS_EVERY => status.clone(),
+            _ => {
+                let status = match read(&self.proc_path(pid, "status")) {
+                    Ok(text) => procfs::parse_status(&text)
+                        .map_err(|e| format!("/proc/{pid}/status: {e}"))?,
+                    Err(ReadError::Gone) => return Ok(None),
+                    Err(ReadError::Denied) => {
+                        return Err(format!("/proc/{pid}/status: permission denied"))
+                    }
+                    Err(ReadError::Other(e)) => return Err(e),
+                };
+                self.statuses.insert(key, (now, status.clone()));
+                status
+            }
+        };
         let ticks = self.read_ticks(pid, &stat);
         let since = self.since(key, now);
         fresh.insert(
@@ -371,9 +387,9 @@ impl ProcessSource {
             // few seconds; a tick in between carries the last reading.
             let last = before.and_then(|(_, b)| b.switches);
             ticks.switches = match last {
-                Some((.., at)) if now.saturating_sub(at) < SWITCHES_EVERY => last,
+                Some((.., at)) if now.saturating_sub(at) < STATUS_EVERY => last,
                 _ => {
-                    let read = self.kept.read(&self.proc_path(worker, "status")).ok();
+                    let read = read(&self.proc_path(worker, "status")).ok();
                     let switches = read.as_deref().and_then(procfs::parse_switches);
                     if let (Some((v, i)), Some((v0, i0, _))) = (switches, last) {
                         voluntary += v.saturating_sub(v0);
@@ -471,6 +487,7 @@ impl Source for ProcessSource {
         self.trees.retain(&pids);
         self.thread_passes.retain(|(pid, _), _| pids.contains(pid));
         self.worlds.retain(|(pid, _), _| pids.contains(pid));
+        self.statuses.retain(|(pid, _), _| pids.contains(pid));
         self.cgroups.retain(&pids);
         let workers: BTreeSet<u32> = contexts
             .iter()

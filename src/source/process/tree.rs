@@ -110,28 +110,38 @@ impl TreeFinder {
     }
 
     /// The loader workers among `all` (descendants of `root`), from their names, parents,
-    /// executables and command lines; one that exited meanwhile is left out.
+    /// executables and command lines; one that exited meanwhile is left out. Where a
+    /// descendant carries the DataLoader's worker name, names and parents decide alone (see
+    /// `children`), so executables and command lines are read only where none does.
     fn loaders(&self, root: u32, all: &[u32]) -> Vec<u32> {
         let exe = |pid: u32| {
             std::fs::read_link(self.procfs.join(format!("{pid}/exe")))
                 .ok()
                 .map(|path| path.to_string_lossy().into_owned())
         };
-        let found: Vec<Descendant> = all
+        let mut found: Vec<Descendant> = all
             .iter()
             .filter_map(|&pid| {
                 let line = read(&self.procfs.join(format!("{pid}/stat"))).ok()?;
                 let stat = procfs::parse_stat(&line).ok()?;
-                let cmdline = read(&self.procfs.join(format!("{pid}/cmdline"))).unwrap_or_default();
                 Some(Descendant {
                     pid,
                     ppid: stat.ppid,
                     comm: procfs::parse_comm(&line).unwrap_or_default().to_string(),
-                    exe: exe(pid),
-                    cmdline: cmdline.replace('\0', " "),
+                    exe: None,
+                    cmdline: String::new(),
                 })
             })
             .collect();
+        if found.iter().any(|d| d.comm == children::LOADER_WORKER_NAME) {
+            return children::loader_workers(None, &found);
+        }
+        for d in &mut found {
+            d.exe = exe(d.pid);
+            d.cmdline = read(&self.procfs.join(format!("{}/cmdline", d.pid)))
+                .unwrap_or_default()
+                .replace('\0', " ");
+        }
         children::loader_workers(exe(root).as_deref(), &found)
     }
 

@@ -24,18 +24,18 @@ pub struct GpuState {
     stuck: Stuck,
 }
 
-/// The GPU's verdicts at `at`, from this tick's observation `now` and the window's figures
-/// (ticks after `horizon`).
+/// The GPU's verdicts at `at`, from this tick's observation `now`, its figures for the tick's
+/// own split (`tick_figures`) and the window's figures (ticks after `horizon`).
 pub fn decide(
     state: &mut GpuState,
     now: &GpuObservation,
-    figures: WindowFigures,
+    (tick, figures): (WindowFigures, WindowFigures),
     (at, horizon): (f64, f64),
     t: &Thresholds,
 ) -> GpuVerdict {
     let idle = figures.up && figures.processes == Some(0.0);
     let inferred = score_all(&figures, t);
-    let lost = lost_over_window(state, now, &figures, &inferred, (at, horizon), t);
+    let lost = lost_over_window(state, tick, &figures, &inferred, (at, horizon), t);
     let kinds: Vec<KindVerdict> = inferred
         .into_iter()
         .map(|scored| {
@@ -145,26 +145,19 @@ fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
         .map(|k| k.scored.kind)
 }
 
-/// This tick's split of the GPU's time, added to its window, and the window's split: each
-/// tick attributed by its own state, described by the window's.
-fn lost_over_window(
-    state: &mut GpuState,
-    now: &GpuObservation,
-    window: &WindowFigures,
-    inferred: &[KindScore],
-    (at, horizon): (f64, f64),
-    t: &Thresholds,
-) -> Option<LostTime> {
+/// The figures one tick is attributed by: its own state, where the main thread was lately
+/// (not over the whole stacks window: a cause that starts mid-window shows in the ticks after
+/// it), and from the window what one tick cannot tell (the busy gaps between ranks, the
+/// collectives' cap, a pipeline's bubble, what sleeping workers wait on: a tick sees a few
+/// at most). How long the GPU spun for its peers is compared tick by tick
+/// (`peers::tick_spins`): a window's figure carried into every tick of the next window
+/// would lag a straggler that changes by a window.
+pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigures {
     let mut tick = WindowFigures::over(&[now]);
     tick.job_gap = window.job_gap;
     tick.collective_busy_cap = window.collective_busy_cap;
-    tick.spin_excess = window.spin_excess;
     tick.pipeline_bubble = window.pipeline_bubble;
-    // A tick sees a few sleeping workers at most: what their sleep waits on is read over the
-    // window.
     tick.workers_asleep = window.workers_asleep;
-    // The tick is attributed by where the main thread was lately, not over the whole stacks
-    // window: a cause that starts mid-window shows in the ticks after it.
     if let Some(stacks) = tick
         .stacks
         .as_mut()
@@ -173,6 +166,19 @@ fn lost_over_window(
         stacks.shares = stacks.recent_shares;
     }
     tick.time_stacks();
+    tick
+}
+
+/// This tick's split of the GPU's time, added to its window, and the window's split: each
+/// tick attributed by its own figures (`tick_figures`), described by the window's.
+fn lost_over_window(
+    state: &mut GpuState,
+    tick: WindowFigures,
+    window: &WindowFigures,
+    inferred: &[KindScore],
+    (at, horizon): (f64, f64),
+    t: &Thresholds,
+) -> Option<LostTime> {
     let splits = &mut state.splits;
     while splits.front().is_some_and(|(when, _)| *when <= horizon) {
         splits.pop_front();

@@ -41,7 +41,7 @@ pub mod text;
 use std::collections::{BTreeMap, VecDeque};
 
 pub use self::advice::{explanation, next_steps};
-use self::decide::{decide, GpuState};
+use self::decide::{decide, tick_figures, GpuState};
 pub use self::observe::observe;
 use crate::config::Thresholds;
 use crate::snapshot::Snapshot;
@@ -111,12 +111,18 @@ impl Analyzer {
         };
         peers::job_gaps(&key(|o| &o.job), &mut windows);
         peers::collective_caps(&key(|o| &o.ranks), &mut windows, t);
+        let mut ticks: Vec<WindowFigures> = observations
+            .iter()
+            .zip(&windows)
+            .map(|(now, w)| tick_figures(now, w))
+            .collect();
+        peers::tick_spins(&key(|o| &o.ranks), &mut ticks);
         let mut verdicts: Vec<GpuVerdict> = observations
             .iter()
-            .zip(windows)
-            .map(|(now, w)| {
+            .zip(ticks.into_iter().zip(windows))
+            .map(|(now, figures)| {
                 let state = self.gpus.entry(now.uuid.clone()).or_default();
-                decide(state, now, w, (at, horizon), t)
+                decide(state, now, figures, (at, horizon), t)
             })
             .collect();
         peers::behind_ranks(&key(|o| &o.ranks), &mut verdicts);

@@ -42,6 +42,19 @@ pub fn job_gaps(jobs: &[Option<&str>], windows: &mut [WindowFigures]) {
     }
 }
 
+/// Each rank of a group (`ranks`, one tick's figures per GPU) gets how long its GPU spun for
+/// its peers in that tick (`spin_excess`), the pipeline's bubble left as the window says (a
+/// schedule's bubble is a property of the step, not of one tick).
+pub fn tick_spins(ranks: &[Option<&str>], ticks: &mut [WindowFigures]) {
+    for members in groups(ranks) {
+        let bubbles: Vec<Option<f64>> = members.iter().map(|&i| ticks[i].pipeline_bubble).collect();
+        spin_excess(&members, ticks);
+        for (&i, bubble) in members.iter().zip(bubbles) {
+            ticks[i].pipeline_bubble = bubble;
+        }
+    }
+}
+
 /// Each rank of a group (`ranks`, one per window) whose ranks all have their stacks observed
 /// gets the most busy time collectives can have cost it.
 ///

@@ -149,9 +149,8 @@ fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
 /// (not over the whole stacks window: a cause that starts mid-window shows in the ticks after
 /// it), and from the window what one tick cannot tell (the busy gaps between ranks, the
 /// collectives' cap, a pipeline's bubble, what sleeping workers wait on: a tick sees a few
-/// at most). How long the GPU spun for its peers is compared tick by tick
-/// (`peers::tick_spins`): a window's figure carried into every tick of the next window
-/// would lag a straggler that changes by a window.
+/// at most). How long the GPU spun for its peers is compared over the last few ticks
+/// instead (`SPIN_TICKS`, set by the caller).
 pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigures {
     let mut tick = WindowFigures::over(&[now]);
     tick.job_gap = window.job_gap;

@@ -50,6 +50,12 @@ pub use crate::snapshot::{
     KindVerdict, LinkLoad, LostTime, MountLoad, Primary, Sharing, WindowFigures,
 };
 
+/// Ticks over which the ranks' spins for their peers are compared for one tick's split: enough
+/// to even out where in their steps the ranks stood at the tick (a balanced pair reads busier
+/// in turn from one tick to the next), few enough to follow a straggler that changes within a
+/// window (the window's own figure, carried into every tick, lagged by a window).
+const SPIN_TICKS: usize = 5;
+
 /// The window of observations and each GPU's state, owned by the sampler.
 #[derive(Debug, Default)]
 pub struct Analyzer {
@@ -91,7 +97,7 @@ impl Analyzer {
             self.window.pop_front();
         }
         self.window.push_back((at, observations.clone()));
-        let mut windows: Vec<WindowFigures> = observations
+        let (mut windows, mut recent): (Vec<WindowFigures>, Vec<WindowFigures>) = observations
             .iter()
             .map(|now| {
                 let history: Vec<&GpuObservation> = self
@@ -102,21 +108,28 @@ impl Analyzer {
                     .collect();
                 let mut window = WindowFigures::over(&history);
                 window.time_stacks();
-                window
+                let mut recent =
+                    WindowFigures::over(&history[history.len().saturating_sub(SPIN_TICKS)..]);
+                recent.time_stacks();
+                (window, recent)
             })
-            .collect();
+            .unzip();
         let t = &self.thresholds;
         let key = |f: fn(&GpuObservation) -> &Option<String>| -> Vec<Option<&str>> {
             observations.iter().map(|o| f(o).as_deref()).collect()
         };
         peers::job_gaps(&key(|o| &o.job), &mut windows);
         peers::collective_caps(&key(|o| &o.ranks), &mut windows, t);
-        let mut ticks: Vec<WindowFigures> = observations
+        peers::spins(&key(|o| &o.ranks), &mut recent);
+        let ticks: Vec<WindowFigures> = observations
             .iter()
             .zip(&windows)
-            .map(|(now, w)| tick_figures(now, w))
+            .zip(&recent)
+            .map(|((now, w), recent)| WindowFigures {
+                spin_excess: recent.spin_excess,
+                ..tick_figures(now, w)
+            })
             .collect();
-        peers::tick_spins(&key(|o| &o.ranks), &mut ticks);
         let mut verdicts: Vec<GpuVerdict> = observations
             .iter()
             .zip(ticks.into_iter().zip(windows))

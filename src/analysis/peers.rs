@@ -42,16 +42,11 @@ pub fn job_gaps(jobs: &[Option<&str>], windows: &mut [WindowFigures]) {
     }
 }
 
-/// Each rank of a group (`ranks`, one tick's figures per GPU) gets how long its GPU spun for
-/// its peers in that tick (`spin_excess`), the pipeline's bubble left as the window says (a
-/// schedule's bubble is a property of the step, not of one tick).
-pub fn tick_spins(ranks: &[Option<&str>], ticks: &mut [WindowFigures]) {
+/// Each rank of a group (`ranks`, one set of figures per GPU, over the last few ticks) gets
+/// how long its GPU spun for its peers over them (`spin_excess`).
+pub fn spins(ranks: &[Option<&str>], figures: &mut [WindowFigures]) {
     for members in groups(ranks) {
-        let bubbles: Vec<Option<f64>> = members.iter().map(|&i| ticks[i].pipeline_bubble).collect();
-        spin_excess(&members, ticks);
-        for (&i, bubble) in members.iter().zip(bubbles) {
-            ticks[i].pipeline_bubble = bubble;
-        }
+        spin_excess(&members, figures);
     }
 }
 

@@ -19,11 +19,11 @@ use crate::snapshot::Activity;
 /// multiplies without waiting at all, which no counter tells from a spin. Where the device
 /// reports no SM activity (no GPM: A100, A10, L4), empty is busy and the excess busy time
 /// alone bounds it.
-/// The least busy rank itself spins while a peer's GPU idles for that peer's host (ranks
-/// starved or preempted in turn wait for each other alike, and the excess alone loses that):
-/// as long as its host waited in the driver after issuing collectives, at most as long as its
-/// SMs sat empty and as the most any peer was held up by its own host with its GPU idle (its
-/// main thread waiting for its loader, its loop waiting for a CPU: [`peers_late`]). Idle time the ranks share (the hosts' Python between steps, in step) and a
+/// The least busy rank itself spins while a peer's GPU idles for that peer's input (ranks
+/// starved in turn wait for each other alike, and the excess alone loses that): as long as its
+/// host waited in the driver after issuing collectives, at most as long as its SMs sat empty
+/// and as the most any peer's main thread waited for its loader with its GPU idle (its
+/// stacks). Idle time the ranks share (the hosts' Python between steps, in step) and a
 /// balanced job's are no wait: its empty SMs stay its kernels'. Where a rank's device reports
 /// no busy time (a MIG slice), the hosts' waits say it instead ([`spin_from_waits`]).
 pub(super) fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
@@ -48,10 +48,10 @@ pub(super) fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     let same_kernels = !members
         .iter()
         .any(|&i| windows[i].point_to_point == Some(true));
-    let peers_late = peers_late(members, least, windows, |k| 1.0 - known[k].0);
+    let peers_starved = peers_starved(members, least, windows, |k| 1.0 - known[k].0);
     let least_spun = windows[members[least]]
         .collective_wait
-        .map_or(0.0, |wait| wait.min(known[least].1).min(peers_late));
+        .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
     // Pipeline stages wait for each other by their schedule, balanced or not: the least busy
     // stage spins in the bubble too, unless its GPU idled for its own host meanwhile (its idle
     // time beyond the busiest stage's: the peer's tensors arrived while it idled).
@@ -73,13 +73,11 @@ pub(super) fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
     }
 }
 
-/// The most any rank but `least` (positions in `members`) was held up by its own host: its
-/// main thread's samples in the loader's wait, and its loop threads' wait for a CPU, each
-/// rank's at most its `idle` share where known. A peer's GPU idles for its own input or its
-/// own CPU-starved host apart from the others (loaders late in turn, CPU hogs preempting one
-/// host then the other), while the idle time the ranks share (each host's Python between
-/// steps, in step) is no wait.
-fn peers_late(
+/// The most any rank but `least` (positions in `members`) waited for its loader, its main
+/// thread's samples in the loader's wait, each at most its `idle` share where known: a peer's
+/// GPU idles for its own input apart from the others (loaders are late in turn), while the
+/// idle time the ranks share (each host's Python between steps, in step) is no wait.
+fn peers_starved(
     members: &[usize],
     least: usize,
     windows: &[WindowFigures],
@@ -88,12 +86,11 @@ fn peers_late(
     (0..members.len())
         .filter(|&k| k != least)
         .map(|k| {
-            let w = &windows[members[k]];
-            let loader = w
+            let waited = windows[members[k]]
                 .stacks
                 .as_ref()
                 .map_or(0.0, |s| s.shares[Activity::DataLoader]);
-            (loader + w.loop_cpu_wait.unwrap_or(0.0)).min(idle(k))
+            waited.min(idle(k))
         })
         .fold(0.0, f64::max)
 }
@@ -103,7 +100,7 @@ fn peers_late(
 /// same queued compute in the sync that follows their collectives, so a rank whose host waited
 /// in the driver after issuing them longer than the group's least waiting rank waited that
 /// much longer for a peer, its GPU spinning in NCCL's kernel meanwhile. The least waiting rank
-/// spins at most as long as it waited and as the most any peer was held up by its host. Pipeline
+/// spins at most as long as it waited and as the most any peer waited for its loader. Pipeline
 /// stages hold different layers (their drains differ by their layers): nothing is said.
 fn spin_from_waits(members: &[usize], windows: &mut [WindowFigures]) {
     if members
@@ -120,7 +117,7 @@ fn spin_from_waits(members: &[usize], windows: &mut [WindowFigures]) {
     let Some(least) = (0..waits.len()).min_by(|&a, &b| waits[a].total_cmp(&waits[b])) else {
         return;
     };
-    let least_spun = waits[least].min(peers_late(members, least, windows, |_| 1.0));
+    let least_spun = waits[least].min(peers_starved(members, least, windows, |_| 1.0));
     for (&i, wait) in members.iter().zip(&waits) {
         windows[i].spin_excess = Some((wait - waits[least] + least_spun).clamp(0.0, *wait));
     }
@@ -163,28 +160,6 @@ mod tests {
         assert_eq!(spun(&stages), [0.0, 0.01]);
         // Balanced ranks spin alike: their empty SMs are their own kernels'.
         assert_eq!(spun(&[window(0.96, 0.29), window(0.96, 0.29)]), [0.0, 0.0]);
-    }
-
-    #[test]
-    fn ranks_preempted_in_turn_spin_for_each_other() {
-        // Busy, SM activity, the host's wait in the driver after collectives, and its loop's
-        // wait for a CPU.
-        let rank = |busy, sm, waited, preempted| WindowFigures {
-            collective_wait: Some(waited),
-            loop_cpu_wait: Some(preempted),
-            ..window(busy, sm)
-        };
-        // CPU hogs preempt one host, then the other: both GPUs equally busy, each spinning
-        // while the other's host waits for a CPU.
-        assert_eq!(
-            spun(&[rank(0.54, 0.2, 0.35, 0.3), rank(0.53, 0.2, 0.35, 0.3)]),
-            [0.31, 0.3]
-        );
-        // Only rank 1's host is preempted: it spins for nobody, rank 0 for it.
-        assert_eq!(
-            spun(&[rank(0.9, 0.3, 0.4, 0.0), rank(0.55, 0.3, 0.4, 0.35)]),
-            [0.35, 0.0]
-        );
     }
 
     /// A rank on a MIG slice (no busy time): its host's wait in the driver after collectives,

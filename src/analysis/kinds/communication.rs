@@ -11,8 +11,8 @@
 //! while its host waits in the driver after issuing them; with the CUDA probes, the process
 //! issuing NCCL collectives (real PyTorch's return at once and spin on the GPU) while its
 //! GPU is busy with empty SMs longer than its job's least busy rank, plus what that rank spun
-//! while its peers' GPUs idled for their input or their CPU-starved hosts (compared tick by
-//! tick: a straggler can change within a window), or its SMs sit empty longer than any peer's (a
+//! while its peers' GPUs idled for their input (compared over each tick's last few ticks: a
+//! straggler can change within a window), or its SMs sit empty longer than any peer's (a
 //! peer slow because it computes longer, a throttled GPU, is as busy; only between ranks that
 //! run the same kernels, not pipeline stages); on MIG slices (no busy time), its host's wait
 //! in the driver after its collectives beyond the least waiting rank's (identical ranks drain

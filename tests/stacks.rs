@@ -252,6 +252,8 @@ fn activity_shares_are_served_per_gpu_process() {
         }],
         recent_samples: 10,
         recent_shares: PerActivity([0.1, 0.6, 0.0, 0.3, 0.0]),
+        loader_queued: 0.0,
+        recent_loader_queued: 0.0,
         followed_thread: None,
     }];
     let page = common::check_goldens("stacks", &common::render_pinned(&snapshot));

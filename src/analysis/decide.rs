@@ -163,6 +163,7 @@ pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigur
         .filter(|s| s.recent_samples >= RECENT_SAMPLES_MIN)
     {
         stacks.shares = stacks.recent_shares;
+        stacks.loader_queued = stacks.recent_loader_queued;
     }
     tick.time_stacks();
     tick

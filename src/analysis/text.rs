@@ -124,6 +124,10 @@ pub fn reason(reason: &Reason) -> String {
             "the loop waited in kernel launches for room in CUDA's launch queue {} of the time (the GPU a thousand kernels behind): GPU time, though the line the stacks read is the loop's own",
             percent(*share)
         ),
+        Reason::LoaderWorkedThrough { share } => format!(
+            "the loop waited for its loader {} of the time while the GPU still worked through kernels queued before (the batch's upload after each wait waited for them): GPU time, not input's",
+            percent(*share)
+        ),
         Reason::FollowedThread { tid } => format!(
             "the samples are of thread {tid}, which drives the GPU while the main thread touches no CUDA (the training function runs on a thread of its own)"
         ),

@@ -153,6 +153,10 @@ pub struct ProcessCuda {
     /// found the GPU more than a step of the loop behind (it never ran dry since that span's
     /// work began: source::cuda::backlog; `None`: no sync did).
     pub backlog_busy: Option<f64>,
+    /// Per thread that called the driver over the last seconds, the spans in which its GPU
+    /// worked through what launches nothing (source::cuda::backlog::queued_spans): what the
+    /// stack sampler asks of its samples in a loader wait.
+    pub queued_spans: Vec<QueuedSpans>,
     /// NCCL point-to-point transfers (sends and receives) it issued a step, over the last
     /// seconds: a pipeline stage's microbatches (`None`: no step found).
     pub transfers_per_step: Option<f64>,
@@ -168,6 +172,30 @@ pub struct ProcessCuda {
     /// launches since the start than it holds, so it never emptied), 0 where none was held
     /// (`None`: it launched nothing in that window, which then tells nothing).
     pub queue_busy: Option<f64>,
+}
+
+/// One thread's spans from a call to the next where that next one is the batch's upload and
+/// waited for kernels queued before it: the GPU's queue held work through the span, and the
+/// thread handed it nothing marked (times in CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QueuedSpans {
+    pub tid: u32,
+    /// Its latest call: a sample taken before it lies in a span or in none.
+    pub latest_ns: u64,
+    /// (after, until]: from the call before the upload to the upload's entry.
+    pub spans: Vec<(u64, u64)>,
+}
+
+impl QueuedSpans {
+    /// Whether the thread's sample at `ns` lay in a span; `None` while the thread has not
+    /// called since (the span it may lie in is not over).
+    pub fn holds(&self, ns: u64) -> Option<bool> {
+        (ns < self.latest_ns).then(|| {
+            self.spans
+                .iter()
+                .any(|&(after, until)| after < ns && ns <= until)
+        })
+    }
 }
 
 /// A GPU process's training step, timed from outside (source::cuda::cadence).

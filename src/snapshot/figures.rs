@@ -275,7 +275,12 @@ impl WindowFigures {
     /// samples it unevenly: 6 % of the samples against 18 % timed, seen on a loop under hogs).
     pub fn time_stacks(&mut self) {
         if let (Some(stacks), Some(waited)) = (self.stacks.as_mut(), self.stacked_thread_waited) {
+            let loader = stacks.shares[Activity::DataLoader];
             stacks.shares = stacks.shares.with_share(Activity::GpuSync, waited);
+            // The loader waits the GPU worked through scale with the loader's share.
+            if loader > 0.0 {
+                stacks.loader_queued *= stacks.shares[Activity::DataLoader] / loader;
+            }
         }
     }
 

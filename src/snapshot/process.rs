@@ -249,6 +249,11 @@ pub struct ProcessStacks {
     /// Their shares per activity: where the thread was lately, for attributing each tick's
     /// time by what it saw.
     pub recent_shares: PerActivity<f64>,
+    /// Share of the samples in which the thread waited for its loader while its GPU still
+    /// worked through kernels queued before (the batch's upload after the wait waited for
+    /// them, as the CUDA probes timed it; 0 without the probes), and of the recent samples.
+    pub loader_queued: f64,
+    pub recent_loader_queued: f64,
     /// The thread the latest samples came from where it is not the main thread: the one that
     /// drives the GPU while the main thread launches nothing (the training function on a
     /// thread of its own).
@@ -271,6 +276,8 @@ impl ProcessStacks {
             top_frames: Vec::new(),
             recent_samples: 10,
             recent_shares: shares,
+            loader_queued: 0.0,
+            recent_loader_queued: 0.0,
             followed_thread: None,
         }
     }

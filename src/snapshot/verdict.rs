@@ -332,6 +332,13 @@ pub enum Reason {
         /// Share of the time.
         share: f64,
     },
+    /// The loop waited for its loader `share` of the time while its GPU still worked: the
+    /// batch's upload after each such wait waited for kernels queued before it (the CUDA
+    /// probes timed it), and nothing was handed to the GPU in between.
+    LoaderWorkedThrough {
+        /// Share of the time.
+        share: f64,
+    },
     /// The samples are of thread `tid`, which drives the GPU while the main thread touches no
     /// CUDA (the training function on a thread of its own): "the main thread" of the other
     /// reasons is that thread.

@@ -18,6 +18,8 @@ pub fn stacks(activity: Activity, share: f64) -> Option<ProcessStacks> {
         shares,
         recent_samples: 10,
         recent_shares: shares,
+        loader_queued: 0.0,
+        recent_loader_queued: 0.0,
         followed_thread: None,
         top_frames: vec![FrameShare {
             function: "train".into(),

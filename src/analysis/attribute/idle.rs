@@ -41,6 +41,15 @@ pub(super) fn split_observed(
     let queued = queue_full(w, python);
     let python = python - queued;
     note(lost, queued, Reason::LaunchQueueFull { share: queued });
+    // The loader waits the GPU worked through (the batch's upload after them waited for the
+    // kernels queued before): busy time where it was, as the syncs' is.
+    let loader_busy = loader_worked_through(stacks, loader).min(busy);
+    let loader = loader - loader_busy;
+    note(
+        lost,
+        loader_busy,
+        Reason::LoaderWorkedThrough { share: loader_busy },
+    );
     // The GPU works while the thread waits for it. Python right after a sync starts on an
     // empty queue (the sync drained it): without the sync the thread would have been as far
     // ahead as it was held there while the GPU worked, so that much Python (the
@@ -49,9 +58,9 @@ pub(super) fn split_observed(
     // its own), evenly, then what does not (the drained Python, a loader wait, a sleep
     // elsewhere): a GPU that keeps up with the loop drains its queue in the waits that launch
     // nothing, so its idle time falls there first.
-    let sync_busy = busy.min(sync + queued);
+    let sync_busy = (busy - loader_busy).min(sync + queued);
     let drained = python.min(busy.min(sync));
-    let left = busy - sync_busy;
+    let left = busy - loader_busy - sync_busy;
     let fed = python - drained + collective;
     let idle_in_fed = idle_in(fed, left);
     let idle_in_starved = idle_in(loader + other + drained, left - fed.min(left));
@@ -93,11 +102,20 @@ pub(super) fn split_observed(
     (collective - communication).max(0.0)
 }
 
-/// The share of the time the loop waited for the GPU: its samples in a sync, and its launches
-/// held by a full launch queue (timed apart; the samples read those as Python).
+/// The share of the time the loop waited for the GPU: its samples in a sync, its launches held
+/// by a full launch queue (timed apart; the samples read those as Python), and its loader
+/// waits the GPU worked through (queued work outlasted them).
 pub(super) fn waited_for_gpu(w: &WindowFigures, stacks: &ProcessStacks) -> f64 {
     let python = stacks.share(Activity::Python);
-    (stacks.share(Activity::GpuSync) + queue_full(w, python)).min(1.0)
+    let loader = stacks.share(Activity::DataLoader);
+    let worked_through = loader_worked_through(stacks, loader);
+    (stacks.share(Activity::GpuSync) + queue_full(w, python) + worked_through).min(1.0)
+}
+
+/// The part of the loop's `loader` share (its wait for its loader, 0 where it loads its own
+/// samples) in which its GPU still worked through kernels queued before.
+fn loader_worked_through(stacks: &ProcessStacks, loader: f64) -> f64 {
+    stacks.loader_queued.clamp(0.0, loader)
 }
 
 /// The part of the loop's `python` share that was a launch held by a full launch queue.

@@ -8,7 +8,9 @@
 //! 1. Idle time is charged to what the main thread was doing while the GPU idled. The GPU
 //!    works while the thread waits for it (synchronizing, or held in a launch by a full
 //!    launch queue: the samples read that as the launching line's Python, the CUDA probes'
-//!    launch windows time it, and that share moves from Python to waiting); the rest of its
+//!    launch windows time it, and that share moves from Python to waiting), and through the
+//!    loader waits after which the batch's upload waited for kernels queued before them
+//!    (nothing was handed over in between, and work was still queued at the end); the rest of its
 //!    busy time overlaps first what keeps it fed (Python, which launches; collectives, which
 //!    run kernels of their own), then what launches nothing (a loader wait, a sleep elsewhere,
 //!    the Python right after a sync up to the time the sync held the thread while the GPU
@@ -33,7 +35,8 @@
 //! **A device that reports no busy time** (a MIG slice: no utilization, no samples): observed
 //! stacks still split the window, from the busy time the loop itself shows, the share of the
 //! samples in which the thread waited for the GPU, in a sync or (timed by the CUDA probes) in a
-//! launch held for room in the launch queue (a lower bound: the GPU works at least while the
+//! launch held for room in the launch queue, or waited for its loader while the GPU worked
+//! through queued kernels, as above (a lower bound: the GPU works at least while the
 //! loop waits for it, so the idle time and its split are upper bounds), said in a reason;
 //! or, where the CUDA probes timed the syncs and one found the GPU more than a step of the
 //! loop behind (it never ran dry since that span's work began), those spans whole

@@ -316,3 +316,54 @@ fn busy_time_taken_or_wasted_is_capped_by_the_busy_time() {
     assert!(close(lost.share(Cause::Unexplained), 0.1));
     assert!(close(lost.total(), 0.95));
 }
+
+#[test]
+fn a_loader_wait_the_gpu_worked_through_is_busy_time_not_input() {
+    // A MIG slice, `.to("cuda")` of pageable memory right after each batch: the loop waits
+    // for its loader 50 % of the time, in the upload 45 %, and each upload waited for the
+    // kernels queued before it, so the GPU worked through those loader waits.
+    let mig = WindowFigures {
+        up: true,
+        busy: None,
+        workers: Some(2.0),
+        stacks: stacks([0.5, 0.45, 0.0, 0.05, 0.0]).map(|s| ProcessStacks {
+            loader_queued: 0.5,
+            ..s
+        }),
+        ..WindowFigures::default()
+    };
+    let lost = split(mig.clone());
+    assert!(close(lost.idle, 0.05), "{lost:?}");
+    assert!(
+        close(lost.share(Cause::Kind(Kind::DataCpu)), 0.0),
+        "{lost:?}"
+    );
+    assert!(
+        close(lost.share(Cause::Kind(Kind::DataIo)), 0.0),
+        "{lost:?}"
+    );
+    assert!(lost
+        .reasons
+        .iter()
+        .any(|r| matches!(r, Reason::LoaderWorkedThrough { share } if close(*share, 0.5))));
+    // Where the device reports busy time, that part of the loader wait is placed as busy
+    // first: a GPU busy 60 % idles in the Python and the rest of the loader wait, not in
+    // the waits it worked through.
+    let lost = split(WindowFigures {
+        busy: Some(0.6),
+        stacks: stacks([0.5, 0.1, 0.0, 0.4, 0.0]).map(|s| ProcessStacks {
+            loader_queued: 0.3,
+            ..s
+        }),
+        ..mig.clone()
+    });
+    assert!(close(lost.idle, 0.4), "{lost:?}");
+    let input = lost.share(Cause::Kind(Kind::DataCpu)) + lost.share(Cause::Kind(Kind::DataIo));
+    assert!(input <= 0.2 + 1e-9, "{lost:?}");
+    // Without the probes' spans the same loader wait is the input's.
+    let unseen = split(WindowFigures {
+        stacks: stacks([0.5, 0.45, 0.0, 0.05, 0.0]),
+        ..mig
+    });
+    assert!(close(unseen.idle, 0.55), "{unseen:?}");
+}

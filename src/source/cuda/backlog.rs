@@ -12,12 +12,98 @@
 //! waited.
 
 use super::cadence::{Call, Role};
+use crate::snapshot::QueuedSpans;
 
 /// The recent calls the backlog is read from.
 pub const BACKLOG_WINDOW_NS: u64 = 10_000_000_000;
 /// A copy to the device that returned sooner than this did not wait (an asynchronous one
 /// from pinned memory): work handed over, not a sync.
 const WAITED_NS: u64 = 100_000;
+
+/// The slowest a copy to the device is taken to move (half a gigabyte a second: pageable
+/// memory over a PCIe link a few generations down; healthy ones stage at several): an upload
+/// that took longer than its bytes at this rate waited for kernels queued before it.
+const COPY_BYTES_PER_S_MIN: f64 = 0.5e9;
+
+/// A sync entered this soon after an upload returned, on the same thread, is that upload's
+/// (`.to("cuda")` without `non_blocking`: `cudaMemcpyAsync`, then `cudaStreamSynchronize`,
+/// back to back: the probes' traps between them, tens of microseconds).
+const SAME_CALL_NS: u64 = 200_000;
+
+/// Per thread of `calls` (oldest first), the spans in which it handed the GPU nothing while
+/// the GPU's queue held work: from a call to the next one where that one is an upload (the
+/// batch's) that, with the sync right after it, waited longer than its copy of `upload_bytes`
+/// could take, so the kernels queued before it still ran when it was entered. Kernel
+/// launches leave no mark, so a span tells only of what launches nothing: the stack samples
+/// in it that waited for the loader (the loop cannot compute on a batch before uploading it),
+/// which the GPU worked through. Pure.
+pub fn queued_spans(calls: &[Call], upload_bytes: f64) -> Vec<QueuedSpans> {
+    let copy_ns = (upload_bytes / COPY_BYTES_PER_S_MIN * 1e9) as u64;
+    let mut threads: Vec<QueuedSpans> = Vec::new();
+    // Per thread (as in `threads`), its upload in progress.
+    let mut uploads: Vec<Option<Upload>> = Vec::new();
+    for call in calls {
+        let at = match threads.iter().position(|t| t.tid == call.tid) {
+            Some(at) => at,
+            None => {
+                threads.push(QueuedSpans {
+                    tid: call.tid,
+                    latest_ns: call.ns,
+                    spans: Vec::new(),
+                });
+                uploads.push(None);
+                threads.len() - 1
+            }
+        };
+        let thread = &mut threads[at];
+        let upload = uploads[at].take();
+        uploads[at] = match (call.role, upload) {
+            (Role::Wait { upload: true }, _) => Some(Upload {
+                after: thread.latest_ns,
+                entered: call.ns,
+                waiting_since: call.ns,
+                returned: false,
+            }),
+            (Role::Returned, Some(upload)) => {
+                let waited = call.ns.saturating_sub(upload.waiting_since);
+                if waited >= copy_ns + WAITED_NS {
+                    thread.spans.push((upload.after, upload.entered));
+                    None
+                } else {
+                    // Its own return: the sync that may follow is still its.
+                    (!upload.returned).then_some(Upload {
+                        returned: true,
+                        waiting_since: call.ns,
+                        ..upload
+                    })
+                }
+            }
+            (Role::Wait { upload: false }, Some(upload))
+                if upload.returned
+                    && call.ns.saturating_sub(upload.waiting_since) <= SAME_CALL_NS =>
+            {
+                Some(Upload {
+                    waiting_since: call.ns,
+                    ..upload
+                })
+            }
+            _ => None,
+        };
+        thread.latest_ns = call.ns;
+    }
+    threads
+}
+
+/// A thread's upload of a batch in progress: the thread's call before it, when it entered,
+/// when the wait now timed began (the upload's own, or the sync right after it), and whether
+/// the upload itself has returned.
+#[derive(Clone, Copy)]
+struct Upload {
+    after: u64,
+    entered: u64,
+    waiting_since: u64,
+    returned: bool,
+}
 
 /// One span between two syncs' returns: the queue drained at `drained`, the first work was
 /// handed over at `work`, `steps` batches were uploaded, the host entered the next sync at
@@ -229,6 +315,89 @@ mod tests {
         assert_eq!(spans.len(), 23);
         assert!(after_uploads.iter().all(|s| s.steps == 1));
         assert!(spans.iter().all(|s| !s.backlogged()));
+    }
+
+    /// `.to("cuda")` of a pageable 1.5 MB batch each step, `gpu_behind` ms of the queued
+    /// kernels still running at each upload's entry; the copy takes 0.3 ms.
+    fn pageable_uploads(gpu_behind: u64) -> Vec<Call> {
+        let mut calls = Vec::new();
+        let mut at = 1_000 * MS;
+        for _ in 0..10 {
+            at += 30 * MS; // the step's launches, then its loader
+            calls.push(call(at, Role::Wait { upload: true }));
+            at += gpu_behind * MS + 300_000;
+            calls.push(call(at, Role::Returned));
+        }
+        calls
+    }
+
+    #[test]
+    fn an_upload_that_waited_for_kernels_ends_a_span_the_gpu_worked_through() {
+        let calls = pageable_uploads(20);
+        let threads = queued_spans(&calls, 1.5e6);
+        assert_eq!(threads.len(), 1);
+        let thread = &threads[0];
+        assert_eq!(thread.latest_ns, calls.last().unwrap().ns);
+        // From each upload's return to the next one's entry (the first has no call before
+        // it: its span starts at itself, empty).
+        assert_eq!(thread.spans.len(), 10);
+        assert_eq!(thread.spans[1], (calls[1].ns, calls[2].ns));
+        // A sample in the loader wait before the third upload lies in a span; one after the
+        // last call is not resolved yet.
+        assert_eq!(thread.holds(calls[4].ns - MS), Some(true));
+        assert_eq!(thread.holds(calls[4].ns + MS), Some(false));
+        assert_eq!(thread.holds(thread.latest_ns + MS), None);
+    }
+
+    #[test]
+    fn an_upload_then_its_sync_that_waited_for_kernels_end_a_span_too() {
+        // PyTorch's `.to("cuda")`: `cudaMemcpyAsync` returns once staged, then
+        // `cudaStreamSynchronize` waits for the queue. The span still ends at the upload.
+        let mut calls = Vec::new();
+        let mut at = 1_000 * MS;
+        for _ in 0..5 {
+            at += 30 * MS;
+            calls.push(call(at, Role::Wait { upload: true }));
+            at += 200_000;
+            calls.push(call(at, Role::Returned));
+            at += 30_000;
+            calls.push(call(at, Role::Wait { upload: false }));
+            at += 20 * MS;
+            calls.push(call(at, Role::Returned));
+        }
+        let threads = queued_spans(&calls, 1.5e6);
+        assert_eq!(threads[0].spans.len(), 5);
+        assert_eq!(threads[0].spans[1], (calls[3].ns, calls[4].ns));
+        // A sync long after the upload returned (kernels launched between) is not its.
+        let late: Vec<Call> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Call {
+                ns: c.ns + if i % 4 >= 2 { 5 * MS } else { 0 },
+                ..*c
+            })
+            .collect();
+        assert!(queued_spans(&late, 1.5e6)[0].spans.is_empty());
+    }
+
+    #[test]
+    fn an_upload_that_took_its_copy_time_only_found_the_queue_empty() {
+        // The GPU kept up: each upload waits for nothing but its copy.
+        let threads = queued_spans(&pageable_uploads(0), 1.5e6);
+        assert!(threads[0].spans.is_empty());
+        // A batch so large that its copy alone could take the 20 ms proves nothing either.
+        let threads = queued_spans(&pageable_uploads(20), 20e6);
+        assert!(threads[0].spans.is_empty());
+        // Nor does a sync that is not an upload (the loop may launch between it and its
+        // loader's wait).
+        let syncs: Vec<Call> = pageable_uploads(20)
+            .into_iter()
+            .map(|c| match c.role {
+                Role::Wait { .. } => call(c.ns, Role::Wait { upload: false }),
+                _ => c,
+            })
+            .collect();
+        assert!(queued_spans(&syncs, 1.5e6)[0].spans.is_empty());
     }
 
     #[test]

@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use self::backlog::{backlog_busy, BACKLOG_WINDOW_NS};
+use self::backlog::{backlog_busy, queued_spans, BACKLOG_WINDOW_NS};
 use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
 use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
@@ -523,6 +523,10 @@ impl Source for CudaSource {
                 .steps
                 .calls_since(process.pid, now_ns.saturating_sub(BACKLOG_WINDOW_NS));
             process.backlog_busy = backlog_busy(recent);
+            let totals = &process.totals;
+            let upload_bytes =
+                totals.bytes_to_device as f64 / totals.copies_to_device.max(1) as f64;
+            process.queued_spans = queued_spans(recent, upload_bytes);
             process.send_peers = send_peers(recent);
             process.transfers_per_step = process
                 .step

@@ -473,6 +473,8 @@ impl DemoSource {
             shares,
             recent_samples: 10,
             recent_shares: shares,
+            loader_queued: 0.0,
+            recent_loader_queued: 0.0,
             followed_thread: None,
             top_frames: vec![FrameShare {
                 function: function.into(),

@@ -23,10 +23,11 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config as SpyConfig, PythonSpy};
 
 use self::classify::{classify, FrameRef};
+use super::cuda::bpf::monotonic_ns;
 use super::cuda::WaitsNow;
 use super::{Source, SourceError};
 use crate::config::StacksConfig;
-use crate::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks, Snapshot};
+use crate::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks, QueuedSpans, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports for stacks refused for lack of
 /// privilege.
@@ -48,14 +49,21 @@ const STARVED_BUSY: f64 = 0.5;
 const STARVED_SPEEDUP: u32 = 4;
 
 /// One sample of a main thread.
+#[derive(Clone)]
 struct Sample {
     at: Instant,
+    /// The same moment on CLOCK_MONOTONIC, the CUDA probes' clock.
+    ns: u64,
     /// The thread it came from, where not the main one.
     followed: Option<u32>,
     /// The share of the interval it stands for: 1, or 1/`STARVED_SPEEDUP` when taken at the
     /// starved rate (so that shares over a window that saw both rates stay time shares).
     weight: f64,
     activity: Activity,
+    /// For a wait for the loader: whether the GPU worked through it (the CUDA probes saw the
+    /// batch's upload after it wait for kernels queued before: source::cuda::backlog), once
+    /// the thread has called the driver since; `None` until then, or unknown.
+    gpu_queued: Option<bool>,
     /// The innermost frame of the job's own code (else the innermost): function and
     /// `file:line`.
     frame: Option<(String, String)>,
@@ -157,9 +165,11 @@ impl Sampler {
             .or(innermost);
         Some(Sample {
             at: now,
+            ns: monotonic_ns(),
             followed: (tid != pid).then_some(tid),
             weight,
             activity: classify(&frames, main.active, line.as_deref(), driver),
+            gpu_queued: None,
             frame: quoted.map(|f| (f.name.clone(), format!("{}:{}", f.filename, f.line))),
         })
     }
@@ -239,19 +249,39 @@ impl Sampler {
 /// Samples taken this recently make the recent shares: what the last few ticks saw.
 const RECENT: Duration = Duration::from_secs(5);
 
-/// The activity shares of `samples` (time-weighted).
-fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> (PerActivity<f64>, u32) {
+/// The activity shares of `samples` (time-weighted), their count, and the share of them in a
+/// loader wait the GPU worked through.
+fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> (PerActivity<f64>, u32, f64) {
     let mut shares = PerActivity::<f64>::default();
-    let mut count = 0;
+    let (mut count, mut queued) = (0, 0.0);
     for sample in samples {
         shares[sample.activity] += sample.weight;
+        if sample.gpu_queued == Some(true) {
+            queued += sample.weight;
+        }
         count += 1;
     }
     let total: f64 = shares.0.iter().sum();
     if total > 0.0 {
         shares.0.iter_mut().for_each(|s| *s /= total);
+        queued /= total;
     }
-    (shares, count)
+    (shares, count, queued)
+}
+
+/// Resolves the loader waits of `samples` whose thread has called the driver since: whether
+/// they lay in a span the GPU worked through (`threads`, the probes' view of the process).
+fn resolve_loader_waits(pid: u32, samples: &mut VecDeque<Sample>, threads: &[QueuedSpans]) {
+    let open = samples
+        .iter_mut()
+        .filter(|s| s.activity == Activity::DataLoader && s.gpu_queued.is_none());
+    for sample in open {
+        let tid = sample.followed.unwrap_or(pid);
+        sample.gpu_queued = threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .and_then(|t| t.holds(sample.ns));
+    }
 }
 
 /// Activity shares and the most seen innermost frames of a window of samples, and the shares
@@ -259,8 +289,8 @@ fn activity_shares<'a>(samples: impl Iterator<Item = &'a Sample>) -> (PerActivit
 fn summarise(pid: u32, samples: &VecDeque<Sample>, recent: Instant) -> ProcessStacks {
     let total: f64 = samples.iter().map(|s| s.weight).sum();
     let total = if total > 0.0 { total } else { 1.0 };
-    let (shares, _) = activity_shares(samples.iter());
-    let (recent_shares, recent_samples) =
+    let (shares, _, loader_queued) = activity_shares(samples.iter());
+    let (recent_shares, recent_samples, recent_loader_queued) =
         activity_shares(samples.iter().filter(|s| s.at >= recent));
     let mut frames: HashMap<(&str, &str), (f64, Activity)> = HashMap::new();
     for sample in samples {
@@ -293,6 +323,8 @@ fn summarise(pid: u32, samples: &VecDeque<Sample>, recent: Instant) -> ProcessSt
         top_frames: top,
         recent_samples,
         recent_shares,
+        loader_queued,
+        recent_loader_queued,
         followed_thread: samples.back().and_then(|s| s.followed),
     }
 }
@@ -394,6 +426,11 @@ impl Source for StacksSource {
             .map(|p| (p.pid, p.driving_thread()));
         let mut sampler = self.sampler.lock().unwrap_or_else(|p| p.into_inner());
         sampler.track(pids, starved, driving);
+        for process in &snapshot.cuda {
+            if let Some(watched) = sampler.watched.get_mut(&process.pid) {
+                resolve_loader_waits(process.pid, &mut watched.samples, &process.queued_spans);
+            }
+        }
         let refused = sampler
             .passed_over
             .values()
@@ -431,9 +468,11 @@ mod tests {
     fn sample(at: u64, activity: Activity, function: &str) -> Sample {
         Sample {
             at: Instant::now() + Duration::from_secs(at),
+            ns: at * 1_000_000_000,
             followed: None,
             weight: 1.0,
             activity,
+            gpu_queued: None,
             frame: Some((function.into(), format!("/job/train.py:{at}"))),
         }
     }
@@ -476,5 +515,44 @@ mod tests {
         assert_eq!(summary.share(Activity::Python), 0.5);
         assert_eq!(summary.share(Activity::GpuSync), 0.5);
         assert!((summary.top_frames.iter().map(|f| f.share).sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn loader_waits_the_gpu_worked_through_are_resolved_once_the_thread_called_again() {
+        // Samples at 0..4 s: loader waits at 1 and 3, Python at 0 and 2; the probes saw the
+        // thread's upload at 1.5 s wait for queued kernels (a span from 0.5 to 1.5 s) and its
+        // last call at 2.5 s: the wait at 1 lay in the span, the one at 3 is not resolved.
+        let mut samples: VecDeque<Sample> = [
+            (0, Activity::Python),
+            (1, Activity::DataLoader),
+            (2, Activity::Python),
+            (3, Activity::DataLoader),
+        ]
+        .into_iter()
+        .map(|(at, activity)| sample(at, activity, "train"))
+        .collect();
+        let threads = [QueuedSpans {
+            tid: 9,
+            latest_ns: 2_500_000_000,
+            spans: vec![(500_000_000, 1_500_000_000)],
+        }];
+        resolve_loader_waits(9, &mut samples, &threads);
+        assert_eq!(samples[1].gpu_queued, Some(true));
+        assert_eq!(samples[3].gpu_queued, None);
+        assert_eq!(samples[0].gpu_queued, None);
+        let summary = summarise(9, &samples, Instant::now());
+        assert_eq!(summary.loader_queued, 0.25);
+        // Another thread's spans say nothing of this one's samples.
+        let mut other = samples.clone();
+        other[1].gpu_queued = None;
+        resolve_loader_waits(
+            9,
+            &mut other,
+            &[QueuedSpans {
+                tid: 4,
+                ..threads[0].clone()
+            }],
+        );
+        assert_eq!(other[1].gpu_queued, None);
     }
 }

@@ -10,7 +10,10 @@
 //! the source's own: the main thread alone (a patch of py-spy, vendor/README.md), about 0.2 ms
 //! a sample however many threads the rank has. Where the CUDA probes see another thread drive
 //! the GPU while the main thread touches no CUDA (the training function on a thread of its
-//! own, as Ray Train runs it), that thread is sampled instead, at the same cost.
+//! own, as Ray Train runs it), that thread is sampled instead, at the same cost. Each sample
+//! keeps its time on the probes' clock: a wait for the loader is resolved against the probes'
+//! spans once its thread has called the driver again (whether the GPU worked through it:
+//! source::cuda::backlog).
 
 pub mod classify;
 

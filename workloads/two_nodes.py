@@ -176,7 +176,7 @@ def main():
         processes.append(workload)
         started = time.monotonic()
         progress = open(os.path.join(work, "progress.jsonl"), "w")
-        firing, verdicts, score, seen_elsewhere, named, communication = [], {}, {}, set(), {}, {}
+        firing, verdicts, score, seen_elsewhere, named, communication, causes = [], {}, {}, set(), {}, {}, {}
         # Once it fires as expected, it is watched a while longer: node-0 must not follow.
         settled_at = None
         held, judged = [], None
@@ -185,10 +185,14 @@ def main():
             for gpu, port in ports.items():
                 try:
                     answer = run.diagnosis(port)
+                    # The latest answer in full, for the logs.
+                    with open(os.path.join(work, f"node-{gpu}", "diagnosis.json"), "w") as f:
+                        json.dump(answer, f, indent=1)
                     verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
                     named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
                     lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}
                     communication[gpu] = lost.get("communication", 0.0)
+                    causes[gpu] = {cause: round(share, 3) for cause, share in lost.items() if share}
                 except OSError:
                     pass
             try:
@@ -197,7 +201,7 @@ def main():
             except OSError:
                 continue
             seen_elsewhere |= {m.get("node") for m, _ in firing if m.get("node") != STRAGGLER_NODE}
-            progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "score": score,
+            progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "causes": causes, "score": score,
                                        "firing": [m for m, _ in firing]}) + "\n")
             progress.flush()
             # Done once each node's verdict is its rank's and the alert fired on the straggler

@@ -176,7 +176,7 @@ def main():
         processes.append(workload)
         started = time.monotonic()
         progress = open(os.path.join(work, "progress.jsonl"), "w")
-        firing, verdicts, score, seen_elsewhere, named, communication, causes = [], {}, {}, set(), {}, {}, {}
+        firing, verdicts, score, seen_elsewhere, named, causes = [], {}, {}, set(), {}, {}
         # Once it fires as expected, it is watched a while longer: node-0 must not follow.
         settled_at = None
         held, judged = [], None
@@ -191,7 +191,6 @@ def main():
                     verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
                     named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
                     lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}
-                    communication[gpu] = lost.get("communication", 0.0)
                     causes[gpu] = {cause: round(share, 3) for cause, share in lost.items() if share}
                 except OSError:
                     pass
@@ -233,7 +232,7 @@ def main():
     for gpu, expected in expect.items():
         node = f"node-{gpu}"
         fired = [m for m, _ in firing if m.get("node") == node]
-        print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {communication.get(gpu, 0.0):.2f} | "
+        print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {causes.get(gpu, {}).get('communication', 0.0):.2f} | "
               f"{'yes' if named.get(gpu) else 'no'} | "
               f"{score.get(node, float('nan')):.2f} | "
               f"{'firing (' + fired[0].get('job_name', '?') + ', ' + fired[0].get('verdict', '?') + ')' if fired else '-'} |")

@@ -23,6 +23,7 @@ slow port, node-0's not, and no straggler alert (every rank waits for the same w
 Usage: workloads/two_nodes.py [--slow-link] [--exporter BIN] [--nvml-library LIB] [--seconds N]
 """
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+import contention_slow_rank  # noqa: E402
 import emugpu  # noqa: E402
 import run  # noqa: E402
 from loopback import free_port, query, short_rules, start_prometheus  # noqa: E402
@@ -143,6 +145,11 @@ def main():
     env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(os.path.abspath(args.nvml_library)), os.path.join(work, "cuda"))
     processes = []
     try:
+        # Two nodes do not share CPUs: each node's rank and its loader workers run on a half of
+        # this host's, so that neither node's exporter sees the other node's rank (spinning in
+        # the driver) take its job's CPUs, which it rightly reads as contention. The exporters
+        # stay unpinned: pinned beside a rank on a 2-CPU host, attaching the probes took a minute.
+        node_cpus = contention_slow_rank.halves()
         # One exporter per rank's GPU: node-<n> sees GPU n alone.
         ports = {}
         for gpu in expect:
@@ -169,8 +176,11 @@ def main():
         def enter_job():
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write("0")
+        ranks = importlib.import_module(workload).SPEC.get("rank_specs", {})
+        on_nodes = {"rank_specs": {str(gpu): {**ranks.get(str(gpu), {}), "cpus": sorted(node_cpus[gpu])} for gpu in expect}}
         workload = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, f"{workload}.py"), "--seconds", str(args.seconds + 30)],
+            [sys.executable, os.path.join(HERE, f"{workload}.py"), "--seconds", str(args.seconds + 30),
+             "--spec", json.dumps(on_nodes)],
             env=env, stdout=open(os.path.join(work, "workload.log"), "w"), stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=enter_job)
         processes.append(workload)

@@ -17,7 +17,7 @@ SPEC = {
     "sync": "item",
     "loader": "light",
     "workers": 2,
-    "step_seconds": 0.06,
+    "step_seconds": 0.04,
     "rank_specs": {"1": {"loader": "decode", "workers": 1, "blur": 2.0}},
 }
 

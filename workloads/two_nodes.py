@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import contention_slow_rank  # noqa: E402
 import emugpu  # noqa: E402
 import run  # noqa: E402
+import truth  # noqa: E402
 from loopback import free_port, query, short_rules, start_prometheus  # noqa: E402
 
 SLURM_JOB = "4242"
@@ -51,6 +52,19 @@ HELD_SHARE = 0.8
 # port: (signalling rate, what `rate` reads).
 SLOW_LINK_DETAIL = "mlx5_0 port 1 runs at 10 Gb/s"
 PORTS = {0: "200 Gb/sec (4X HDR)", 1: "10 Gb/sec (4X SDR)"}
+
+
+def truth_communication(timelines, gpu, seconds=20):
+    """What GPU `gpu` spent in collectives by its ground truth over its timeline's last
+    `seconds` (its rank is the process with the most kernels on it; the run has ended)."""
+    path = os.path.join(timelines, f"gpu{gpu}.timeline")
+    found = truth.kernels(path)
+    if not found:
+        return float("nan")
+    rank = max(set(k[2] for k in found), key=lambda pid: sum(k[1] - k[0] for k in found if k[2] == pid))
+    end = max(k[1] for k in found)
+    shares, _ = truth.split(path, timelines, end - seconds * 1_000_000_000, end, main=rank)
+    return shares["communication"]
 
 
 def node_sysfs(root, rate):
@@ -237,15 +251,19 @@ def main():
             run.stop(process)
         prometheus.wait()
         remove_cgroup(cgroup)
-    print("| node | GPU's verdict | expected | communication | names the slow port | straggler score | GPUJobStraggler |")
-    print("|---|---|---|---|---|---|---|")
+    spun = {gpu: truth_communication(timelines, gpu) for gpu in expect}
+    print("| node | GPU's verdict | expected | communication | truth: communication | names the slow port | straggler score | GPUJobStraggler |")
+    print("|---|---|---|---|---|---|---|---|")
     for gpu, expected in expect.items():
         node = f"node-{gpu}"
         fired = [m for m, _ in firing if m.get("node") == node]
         print(f"| {node} | {verdicts.get(gpu, 'none')} | {expected} | {causes.get(gpu, {}).get('communication', 0.0):.2f} | "
-              f"{'yes' if named.get(gpu) else 'no'} | "
+              f"{spun[gpu]:.2f} | {'yes' if named.get(gpu) else 'no'} | "
               f"{score.get(node, float('nan')):.2f} | "
               f"{'firing (' + fired[0].get('job_name', '?') + ', ' + fired[0].get('verdict', '?') + ')' if fired else '-'} |")
+    if not args.slow_link:
+        # The rule's score (deploy/rules) on the truth's shares: what node-1 costs node-0.
+        print(f"straggler score by the truth: {1 - (1 - spun[0]) / (1 - spun[1]):.2f}")
     print(f"two nodes: {took:.0f} s ({HOLD_S} s after the verdicts settled, {sum(held)} of "
           f"{len(held)} readings since as expected); logs in {work}")
     problems = []

@@ -110,8 +110,8 @@ def draw_torch(seed):
 
 def parallel(rng, loop):
     """Two ranks meeting in NCCL as DistributedDataParallel (a bucketed all-reduce from the
-    backward pass), FullyShardedDataParallel (all-gathers and reduce-scatters) or a pipeline
-    (sends and receives) run them, and
+    backward pass), FullyShardedDataParallel (all-gathers and reduce-scatters), a pipeline
+    (sends and receives) or an expert-parallel group (all-to-alls) run them, and
     what slows rank 1, whose peer then waits in the collectives on its GPU: its loader (one
     worker decoding), more Python a step, or nothing (balanced ranks)."""
     straggler = rng.choice(["loader", "python", "none"])
@@ -127,11 +127,18 @@ def parallel(rng, loop):
     # gradients back, point to point), a tenth of the gradients' bytes at each stage boundary.
     if rng.random() < 1 / 3:
         wrapper = "pipeline"
+    # Drawn last again, so that the loops drawn before expert parallelism keep theirs: one in
+    # four data-parallel pairs runs as an expert-parallel pair instead (MoE: each layer's tokens
+    # dispatched to and combined from both ranks, dist.all_to_all_single, a tenth of the
+    # gradients' bytes an exchange).
+    if wrapper != "pipeline" and rng.random() < 1 / 4:
+        wrapper = "moe"
     return {
         "ranks": 2,
         wrapper: True,
         "gradient_bytes": gradient_bytes,
         "activation_bytes": gradient_bytes // 10,
+        "token_bytes": gradient_bytes // 10,
         "straggler": straggler,
         "rank_specs": {"1": own} if own else {},
     }

@@ -223,12 +223,14 @@ def held_for(history, expected, seconds):
     return True
 
 
-def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
+def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None, ranks=None):
     """Runs one workload; returns a result row per expected GPU. `extra` are more arguments
     for the workload; `hogs` overrides the module's CPU_HOGS (how many CPU hogs it runs) for
     the ground truth, `gpus` its GPUS (how many GPUs it uses), `family` its DEVICE (the
-    device family it runs on, hopper by default; --device overrides both)."""
+    device family it runs on, hopper by default; --device overrides both), `ranks` its SPEC's
+    (how many ranks of one job it starts)."""
     gpus = gpus or module.GPUS
+    ranks = ranks or getattr(module, "SPEC", {}).get("ranks", 1)
     family = args.device or family or getattr(module, "DEVICE", "hopper")
     if args.real and gpus > args.real_gpus:
         return skipped(name, module, f"needs {gpus} GPUs, this node has {args.real_gpus}")
@@ -257,6 +259,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None):
     with open(os.path.join(work, "config.yaml"), "w") as f:
         f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
     env["EMUGPU_DIR"] = timelines
+    if ranks > 1:
+        # What torchrun tells the ranks of a job on one node (the exporter reads it).
+        env.update(WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks))
     if family in PCIE_LINKS:
         env["EMUGPU_PCIE_LINK"] = ",".join(str(n) for n in PCIE_LINKS[family])
     # Each job's NCCL RAS service on a port of its own, as two jobs sharing a node's network
@@ -578,7 +583,7 @@ def main():
             loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
             if torch and loop["ranks"] > 1:
-                wrapper = next(w for w in ("ddp", "fsdp", "pipeline") if loop.get(w))
+                wrapper = next(w for w in ("ddp", "fsdp", "pipeline", "moe") if loop.get(w))
                 ranks += f" {wrapper}, straggler {loop['straggler']}"
             form = f"{loop['sync']}, " if torch else ""
             on = f", {loop['device']}" if loop["device"] != "hopper" else ""
@@ -586,7 +591,7 @@ def main():
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
             extra = ["--loop-seed", str(loop_seed)] + (["--family", "torch"] if torch else [])
-            rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"], family=loop["device"])
+            rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"], family=loop["device"], ranks=loop["ranks"])
             save(rows, args.json)
     else:
         suite = workloads()

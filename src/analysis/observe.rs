@@ -58,6 +58,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
             let main = device.processes.first();
             let context = main.and_then(|p| contexts.get(&p.pid).copied());
             let network = main.and_then(|p| networks.get(&p.pid).copied());
+            let job_ranks = context.and_then(|c| c.world).map(|w| w.ranks);
             let job = main.and_then(|p| {
                 let cgroup = context.and_then(|c| c.cgroup.as_ref());
                 if gpus_per_pid.get(&p.pid).copied().unwrap_or(0) > 1 {
@@ -132,10 +133,10 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .and_then(|c| c.collective_wait_ratio()),
                 point_to_point: main
                     .and_then(|p| cuda.get(&p.pid))
-                    .map(|c| is_pipeline_stage(c)),
+                    .map(|c| is_pipeline_stage(c, job_ranks)),
                 transfers_per_step: main
                     .and_then(|p| cuda.get(&p.pid))
-                    .filter(|c| is_pipeline_stage(c))
+                    .filter(|c| is_pipeline_stage(c, job_ranks))
                     .and_then(|c| c.transfers_per_step),
                 processes: device.process_count,
                 independent_jobs,
@@ -215,9 +216,15 @@ const STAGE_PEERS_MAX: u32 = 2;
 /// its sends went to the stages beside it only. One whose sends went to more ranks exchanges
 /// with its whole group, as an all-to-all does (expert parallelism's dispatch and combine,
 /// grouped sends and receives to every rank): a collective whose ranks run the same kernels,
-/// with no pipeline schedule behind its waits. A group of two reads as a stage either way.
-fn is_pipeline_stage(cuda: &ProcessCuda) -> bool {
-    cuda.totals.issued_point_to_point() && cuda.send_peers.is_none_or(|n| n <= STAGE_PEERS_MAX)
+/// with no pipeline schedule behind its waits. So does one whose sends went to as many ranks
+/// as its job has (`job_ranks`, its launcher's WORLD_SIZE): a stage never sends to itself, an
+/// all-to-all does, so a group of two exchanging tokens is told from two stages.
+fn is_pipeline_stage(cuda: &ProcessCuda, job_ranks: Option<u32>) -> bool {
+    let to_itself = |n: u32| job_ranks.is_some_and(|ranks| n >= ranks);
+    cuda.totals.issued_point_to_point()
+        && cuda
+            .send_peers
+            .is_none_or(|n| n <= STAGE_PEERS_MAX && !to_itself(n))
 }
 
 /// The node's physical link (NIC or HCA port) with the highest utilization in either
@@ -337,14 +344,15 @@ mod tests {
     #[test]
     fn sends_to_the_stages_beside_it_make_a_stage_and_sends_to_every_rank_do_not() {
         use crate::snapshot::Collective;
-        let with = |sends: u64, send_peers: Option<u32>| {
+        let in_job = |sends: u64, send_peers: Option<u32>, job_ranks: Option<u32>| {
             let mut cuda = ProcessCuda {
                 send_peers,
                 ..ProcessCuda::default()
             };
             cuda.totals.collectives[Collective::Send as usize] = sends;
-            is_pipeline_stage(&cuda)
+            is_pipeline_stage(&cuda, job_ranks)
         };
+        let with = |sends, send_peers| in_job(sends, send_peers, None);
         // A middle stage: the next stage and the one before.
         assert!(with(40, Some(2)));
         // A last stage only receives activations and sends gradients back: one peer, or no
@@ -355,5 +363,13 @@ mod tests {
         assert!(!with(40, Some(4)));
         // No transfer at all: no stage.
         assert!(!with(0, None));
+        // Two ranks of a job: two stages each send to the other only; an all-to-all of the
+        // two sends to both, itself included, which no stage does. Without the job's size two
+        // peers read as a middle stage's.
+        assert!(in_job(40, Some(1), Some(2)));
+        assert!(!in_job(40, Some(2), Some(2)));
+        assert!(in_job(40, Some(2), None));
+        // A middle stage of a four-stage job.
+        assert!(in_job(40, Some(2), Some(4)));
     }
 }

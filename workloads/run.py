@@ -120,10 +120,10 @@ def scenario(gpus, timelines, family="hopper", only=None):
     return "devices:\n" + "\n".join(devices) + "\n"
 
 
-def config(port, library, window, min_duration, probes=True):
+def config(port, library, window, min_duration, probes=True, interval=1.0):
     return (
         f"listen_address: 127.0.0.1:{port}\n"
-        "sample_interval: 1s\n"
+        f"sample_interval: {interval:g}s\n"
         # Info: the probes' attachments and every source's losses, for a failed run's report.
         "log_level: info\n"
         "sources:\n"
@@ -257,7 +257,7 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None, ran
         # The stub CUDA runtime and driver of the same build, under their real names.
         env["EMUCUDA_DIR"] = emugpu.install_libraries(os.path.dirname(library), os.path.join(work, "cuda"))
     with open(os.path.join(work, "config.yaml"), "w") as f:
-        f.write(config(port, library, args.window, args.min_duration, not args.without_probes))
+        f.write(config(port, library, args.window, args.min_duration, not args.without_probes, args.sample_interval))
     env["EMUGPU_DIR"] = timelines
     if ranks > 1:
         # What torchrun tells the ranks of a job on one node (the exporter reads it).
@@ -548,6 +548,7 @@ def main():
     parser.add_argument("--seconds", type=float, help="training time per workload (default 60, --fast 25, --random 40)")
     parser.add_argument("--window", type=int, help="analysis window in seconds (default 30, --fast 12, --random 20)")
     parser.add_argument("--min-duration", type=int, help="analysis min_duration in seconds (default 10, --fast 4, --random 6)")
+    parser.add_argument("--sample-interval", type=float, default=1.0, help="the exporter's sample_interval in seconds (default 1)")
     parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
     parser.add_argument("--data", default=os.environ.get("WORKLOAD_DATA", "/var/tmp/gpu-bottleneck-workloads"))

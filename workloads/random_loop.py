@@ -7,6 +7,7 @@ any of them: the runner compares its attribution with the ground truth the loop 
 
     python3 workloads/random_loop.py --describe 7     # the loop seed 7 draws, as JSON
     python3 workloads/random_loop.py --describe 7 --family torch   # the same for the torch family
+    python3 workloads/random_loop.py --describe 7 --family wide    # and for the wide family
 """
 
 import json
@@ -108,6 +109,36 @@ def draw_torch(seed):
     return loop
 
 
+def draw_wide(seed):
+    """A loop of the wide family: the torch family's loop of the same seed, with what real jobs
+    set that the torch family leaves at torch_loop's defaults, drawn from a stream of their own
+    (the torch draws stay as they are): workers replaced every epoch, unnamed or delivering out
+    of order, one heavy batch in several, idle children beside the loader (wandb-core, the
+    compile pool), a thread prefetcher, the training function off the main thread, Python in
+    the model's forward, and for two ranks a checkpoint every few steps (rank 0 writes, its peer
+    waits in dist.barrier()). Nothing in the exporter was tuned to these draws."""
+    loop = {**draw_torch(seed), "family": "wide"}
+    rng = random.Random(f"wide-{seed}")
+    loop.update(
+        {
+            "persistent": rng.random() < 0.5,
+            "named": rng.random() < 0.8,
+            "in_order": rng.random() < 0.8,
+            "heavy_every": rng.choice([0, 0, 0, 4, 8]),
+            "sidecars": rng.random() < 0.3,
+            "prefetcher": rng.random() < 0.2,
+            "off_main": rng.random() < 0.15,
+            "forward_host_seconds": rng.choice([0.0, 0.0, round(rng.uniform(0.002, 0.02), 3)]),
+        }
+    )
+    if loop["ranks"] > 1 and rng.random() < 0.3:
+        loop.update({"checkpoint_every": rng.choice([20, 50]), "checkpoint_seconds": round(rng.uniform(0.3, 1.5), 2)})
+    return loop
+
+
+FAMILIES = {"classic": draw, "torch": draw_torch, "wide": draw_wide}
+
+
 def parallel(rng, loop):
     """Two ranks meeting in NCCL as DistributedDataParallel (a bucketed all-reduce from the
     backward pass), FullyShardedDataParallel (all-gathers and reduce-scatters), a pipeline
@@ -199,12 +230,12 @@ def second_job(args):
 
 def main(argv=None):
     if len(sys.argv) >= 3 and sys.argv[1] == "--describe":
-        family = draw_torch if sys.argv[3:] == ["--family", "torch"] else draw
+        family = FAMILIES[sys.argv[4]] if sys.argv[3:4] == ["--family"] else draw
         print(json.dumps(family(int(sys.argv[2])), indent=1))
         return
     args = common.arguments(__doc__, argv, extra=[("--loop-seed", int), ("--family", str)])
-    if args.family == "torch":
-        spec = draw_torch(args.loop_seed)
+    if args.family in ("torch", "wide"):
+        spec = FAMILIES[args.family](args.loop_seed)
         if spec["disturbance"] == "hogs":
             # After 5 s, as draw()'s loops start theirs.
             threading.Timer(5.0, contention_cpu_hogs.hogs, (args.seconds, HOGS)).start()

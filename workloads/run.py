@@ -540,6 +540,24 @@ def save(rows, path):
         os.replace(path + ".tmp", path)
 
 
+def wide_options(loop):
+    """What a loop of the wide family sets beyond the torch family's draw, for its name."""
+    if loop.get("family") != "wide":
+        return ""
+    shown = [
+        ("epochs", not loop["persistent"]),
+        ("unnamed", not loop["named"]),
+        ("unordered", not loop["in_order"]),
+        (f"heavy 1/{loop['heavy_every']}", loop["heavy_every"]),
+        ("sidecars", loop["sidecars"]),
+        ("prefetcher", loop["prefetcher"]),
+        ("off main", loop["off_main"]),
+        ("forward Python", loop["forward_host_seconds"]),
+        ("checkpoints", loop.get("checkpoint_every")),
+    ]
+    return "".join(f", {label}" for label, on in shown if on)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--real", action="store_true", help="real GPUs, real NVML, CUDA PyTorch")
@@ -555,8 +573,9 @@ def main():
     parser.add_argument("--device", choices=sorted(FAMILIES), help="run every workload on this device family (default: each its own, hopper)")
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
-    parser.add_argument("--family", default="classic", choices=["classic", "torch"],
-                        help="with --random: the loops of random_loop.draw (classic) or of draw_torch (written as PyTorch code)")
+    parser.add_argument("--family", default="classic", choices=sorted(random_loop.FAMILIES),
+                        help="with --random: the loops of random_loop.draw (classic), of draw_torch (written as PyTorch "
+                             "code) or of draw_wide (those, with the loader, thread and checkpoint options real jobs set)")
     parser.add_argument("--without-probes", action="store_true",
                         help="run the exporter with sources.cuda off (its verdicts as before the CUDA probes)")
     parser.add_argument("--restricted", action="store_true",
@@ -580,18 +599,18 @@ def main():
         chosen = [int(n) for n in args.loops.split(",") if n] or range(args.random)
         for n in chosen:
             loop_seed = args.seed * 100_000 + n
-            torch = args.family == "torch"
-            loop = (random_loop.draw_torch if torch else random_loop.draw)(loop_seed)
+            torch = args.family != "classic"
+            loop = random_loop.FAMILIES[args.family](loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
             if torch and loop["ranks"] > 1:
                 wrapper = next(w for w in ("ddp", "fsdp", "pipeline", "moe") if loop.get(w))
                 ranks += f" {wrapper}, straggler {loop['straggler']}"
             form = f"{loop['sync']}, " if torch else ""
             on = f", {loop['device']}" if loop["device"] != "hopper" else ""
-            name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks}{on})"
+            name = f"random {loop_seed} ({form}{loop['loader']}, {loop['disturbance']}{ranks}{on}{wide_options(loop)})"
             print(f"{name} ...", file=sys.stderr, flush=True)
             hogs = random_loop.HOGS if loop["disturbance"] == "hogs" else 0
-            extra = ["--loop-seed", str(loop_seed)] + (["--family", "torch"] if torch else [])
+            extra = ["--loop-seed", str(loop_seed), "--family", args.family]
             rows += run_one(name, random_loop, args, extra, hogs=hogs, gpus=loop["ranks"], family=loop["device"], ranks=loop["ranks"])
             save(rows, args.json)
     else:

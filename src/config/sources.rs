@@ -80,7 +80,10 @@ pub struct ProcessConfig {
     pub enabled: bool,
     /// How often the descendants (data-loader workers) of each GPU process are rediscovered;
     /// between discoveries only the known processes are read, which keeps a tick cheap on
-    /// nodes with thousands of processes. Workers started in between appear at the next one.
+    /// nodes with thousands of processes. Between discoveries each tick reads which children
+    /// the GPU process's main thread has, and rediscovers at once where they changed (a
+    /// DataLoader without persistent workers replaces them every epoch); workers another
+    /// thread starts in between appear at the next discovery.
     pub discovery_interval: ConfigDuration,
     /// How often every thread of each GPU process is read, for the busiest thread's share of
     /// a core and the NUMA nodes the threads run on. Training ranks carry 100-200 threads, so

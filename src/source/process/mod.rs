@@ -68,6 +68,32 @@ fn classify(path: &Path, e: &io::Error) -> ReadError {
     }
 }
 
+/// The counters a task forked within the last `interval` seconds started from (all zero:
+/// a child's CPU times, I/O and delays start at nothing), over that interval: everything it
+/// did since belongs to it. A DataLoader without persistent workers replaces them every epoch;
+/// without this their first second, which may be most of a short epoch, would go uncounted.
+fn forked_within(stat: &Stat, interval: f64) -> Option<(f64, Ticks)> {
+    let age = seconds_since_boot()? - stat.starttime as f64 / USER_HZ;
+    let zero = Ticks {
+        read_bytes: Some(0),
+        cpu_wait_ns: Some(0),
+        ..Ticks::default()
+    };
+    (age <= interval).then_some((interval, zero))
+}
+
+/// Seconds since boot on the clock `stat`'s start times count on (CLOCK_BOOTTIME, in the
+/// reader's time namespace as they are).
+fn seconds_since_boot() -> Option<f64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec for the call to fill in.
+    let answered = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } == 0;
+    answered.then(|| now.tv_sec as f64 + now.tv_nsec as f64 / 1e9)
+}
+
 /// Reads and parses a `stat` file of a process or thread.
 fn read_stat(path: &Path) -> Result<Stat, ReadError> {
     parse_stat_of(path, &read(path)?)
@@ -260,9 +286,10 @@ impl ProcessSource {
 
         let (busiest, mut nodes) = self.threads(pid, key, now, fresh);
         let descendants = self.trees.descendants(pid, stat.starttime, now);
+        let interval = since.map(|(seconds, _)| seconds);
         let (mut workers, sleeping) = self.workers(
             &descendants.loaders,
-            now,
+            (now, interval),
             delay_accounting,
             fresh,
             &mut nodes,
@@ -274,7 +301,13 @@ impl ProcessSource {
             .copied()
             .filter(|d| !descendants.loaders.contains(d))
             .collect();
-        let (other_children, _) = self.workers(&others, now, delay_accounting, fresh, &mut nodes);
+        let (other_children, _) = self.workers(
+            &others,
+            (now, interval),
+            delay_accounting,
+            fresh,
+            &mut nodes,
+        );
         let cgroup = self.cgroups.context(pid, stat.starttime, now);
         let environ = self.proc_path(pid, "environ");
         let world = *self.worlds.entry(key).or_insert_with(|| {
@@ -350,10 +383,12 @@ impl ProcessSource {
     }
 
     /// The summary of `descendants`, and those of them asleep (S) on this tick.
+    /// `interval`: the seconds since the GPU process was last read, which a worker forked
+    /// since fills from its start.
     fn workers(
         &mut self,
         descendants: &[u32],
-        now: Duration,
+        (now, interval): (Duration, Option<f64>),
         delay_accounting: bool,
         fresh: &mut HashMap<(u32, u64), Previous<Ticks>>,
         nodes: &mut BTreeSet<u32>,
@@ -381,7 +416,9 @@ impl ProcessSource {
             nodes.extend(self.numa_node_of(stat.processor));
             let key = (worker, stat.starttime);
             let mut ticks = self.read_ticks(worker, &stat);
-            let before = self.since(key, now);
+            let before = self
+                .since(key, now)
+                .or_else(|| forked_within(&stat, interval?));
             // Why a worker gave up its CPU: waiting for I/O (voluntary) or preempted while
             // computing (involuntary); its waits for a CPU follow the same split. Read every
             // few seconds; a tick in between carries the last reading.
@@ -533,4 +570,26 @@ impl Source for ProcessSource {
 /// Seconds per second a task waited runnable for a CPU between two readings.
 fn cpu_wait(now: &Ticks, before: &Ticks, seconds: f64) -> Option<f64> {
     Some(now.cpu_wait_ns?.saturating_sub(before.cpu_wait_ns?) as f64 / 1e9 / seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_forked_within_the_interval_counts_from_its_start() {
+        let boot = seconds_since_boot().expect("CLOCK_BOOTTIME");
+        let started = |seconds_ago: f64| Stat {
+            starttime: ((boot - seconds_ago) * USER_HZ) as u64,
+            ..Stat::default()
+        };
+        let (seconds, zero) = forked_within(&started(0.4), 1.0).expect("forked this interval");
+        assert_eq!(seconds, 1.0);
+        assert_eq!(
+            (zero.cpu, zero.read_bytes, zero.cpu_wait_ns),
+            (0, Some(0), Some(0))
+        );
+        // Forked before the last reading: its earlier counters are not this interval's.
+        assert!(forked_within(&started(3.0), 1.0).is_none());
+    }
 }

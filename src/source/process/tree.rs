@@ -9,6 +9,10 @@
 //! discovery reads the leader thread's file of each process in the tree, and only every
 //! [`FULL_WALK_EVERY`]th discovery reads every thread's file. Descendants a full walk found
 //! under other threads are kept between full walks while their parent is still in the tree.
+//! Between discoveries each tick reads the leader thread's file of the GPU process alone, and
+//! rediscovers at once where it changed: a DataLoader without persistent workers replaces them
+//! every epoch (and an evaluation loader starts its own at each evaluation), which a
+//! discovery every few seconds would see seconds late, or not at all where an epoch is shorter.
 //! Kernels without `children` files fall back to one /proc pass per discovery.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -35,6 +39,8 @@ struct Tree {
     starttime: u64,
     descendants: Descendants,
     discovered_at: Duration,
+    /// The children the leader thread of the GPU process had then (`None`: unreadable).
+    leader_children: Option<Vec<u32>>,
     /// Discoveries since the last walk over every thread.
     since_full_walk: u32,
 }
@@ -67,8 +73,10 @@ impl TreeFinder {
     /// The descendants of `pid` (started at `starttime`), rediscovered when due.
     pub fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Descendants {
         let same_process = |tree: &&Tree| tree.starttime == starttime;
+        let leader_children = self.leader_children(pid);
         if let Some(tree) = self.trees.get(&pid).filter(same_process) {
-            if now.saturating_sub(tree.discovered_at) < self.discovery_interval {
+            let due = now.saturating_sub(tree.discovered_at) >= self.discovery_interval;
+            if !due && tree.leader_children == leader_children {
                 return tree.descendants.clone();
             }
         }
@@ -99,6 +107,7 @@ impl TreeFinder {
                 starttime,
                 descendants: descendants.clone(),
                 discovered_at: now,
+                leader_children,
                 since_full_walk: if full {
                     0
                 } else {
@@ -107,6 +116,13 @@ impl TreeFinder {
             },
         );
         descendants
+    }
+
+    /// The children the leader thread of `pid` forked, as the kernel lists them (in order of
+    /// creation); `None` where the file cannot be read.
+    fn leader_children(&self, pid: u32) -> Option<Vec<u32>> {
+        let text = read(&self.procfs.join(format!("{pid}/task/{pid}/children"))).ok()?;
+        procfs::parse_children(&text).ok()
     }
 
     /// The loader workers among `all` (descendants of `root`), from their names, parents,
@@ -293,6 +309,31 @@ mod tests {
             finder.descendants(100, 100, at(FULL_WALK_EVERY as u64)).all,
             vec![200, 300]
         );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn workers_replaced_between_discoveries_are_found_on_the_next_tick() {
+        let root = std::env::temp_dir().join(format!("gbe-tree-epoch-{}", std::process::id()));
+        write_proc(&root, 100);
+        let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
+        let tick = |n: u64| Duration::from_secs(n);
+        assert_eq!(finder.descendants(100, 100, tick(0)).all, vec![200, 300]);
+        // The epoch ends: the leader's worker 200 exits and 400 replaces it, a second into a
+        // five-second discovery interval.
+        std::fs::remove_dir_all(root.join("200")).unwrap();
+        for (path, text) in [
+            ("100/task/100/children", "400 ".to_string()),
+            ("400/task/400/children", String::new()),
+        ] {
+            std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+            std::fs::write(root.join(path), text).unwrap();
+        }
+        let stat = std::fs::read_to_string(root.join("300/stat")).unwrap();
+        std::fs::write(root.join("400/stat"), stat.replacen("300", "400", 1)).unwrap();
+        assert_eq!(finder.descendants(100, 100, tick(1)).all, vec![400, 300]);
+        // Unchanged since: nothing rediscovered, the same answer.
+        assert_eq!(finder.descendants(100, 100, tick(2)).all, vec![400, 300]);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

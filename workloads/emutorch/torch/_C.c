@@ -72,6 +72,17 @@ static struct {
     int (*queue_end)(int, uint64_t *);
 } cuda;
 static int device_index = 0;
+/* The device current on this thread, as the runtime keeps it (per host thread). */
+static __thread int thread_device = -1;
+
+/* Every op runs on its tensors' device, as ATen's CUDAGuard makes sure: on a thread that has
+ * not made it current yet (a training function on a thread of its own, as Ray Train runs it),
+ * the first op sets it, as CUDAGuard's cudaSetDevice does. Without this a rank's kernels on a
+ * new thread would go to device 0. */
+static void device_guard(void) {
+    if (thread_device != device_index && cuda.set_device && cuda.set_device(device_index) == 0)
+        thread_device = device_index;
+}
 
 static uint64_t clock_ns(clockid_t clock) {
     struct timespec ts;
@@ -125,6 +136,7 @@ static int check(int code, const char *call) {
 
 static int launch_kernel(KernelCost cost) {
     void *args[1] = {&cost};
+    device_guard();
     Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
     return check(cuda.launch(NULL, grid, block, args, 0, NULL), "cudaLaunchKernel");
 }
@@ -141,6 +153,7 @@ static KernelCost tiny_kernel(void) {
 static int copy_and_sync(void *dst, const void *src, size_t nbytes, int kind, int wait, int whole_device) {
     uint64_t start = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     int copied = 0, synced = 0;
+    device_guard();
     Py_BEGIN_ALLOW_THREADS
     if (src)
         copied = cuda.memcpy_async(dst, src, nbytes, kind, NULL);
@@ -178,6 +191,7 @@ static Tensor *new_tensor(PyTypeObject *type, int device, size_t nbytes, int pin
     t->device = device;
     t->nbytes = nbytes ? nbytes : 4;
     if (device >= 0) {
+        device_guard();
         if (check(cuda.malloc_(&t->data, t->nbytes), "cudaMalloc")) {
             t->data = NULL;
             Py_DECREF(t);
@@ -688,7 +702,7 @@ static struct {
 
 static void *engine_thread(void *unused) {
     pthread_setname_np(pthread_self(), "pt_autograd_0");
-    cuda.set_device(device_index);
+    device_guard();
     for (;;) {
         pthread_mutex_lock(&engine.lock);
         while (!engine.pending)
@@ -816,6 +830,7 @@ static PyObject *cuda_init(PyObject *module, PyObject *args) {
     if (check(cuda.set_device(device_index), "cudaSetDevice") ||
         (blocking && check(cuda.set_device_flags(4), "cudaSetDeviceFlags")))
         return NULL;
+    thread_device = device_index;
     Py_RETURN_NONE;
 }
 
@@ -844,6 +859,7 @@ static PyObject *launch(PyObject *module, PyObject *args, PyObject *kwargs) {
     Py_ssize_t count;
     if (parse_cost(args, kwargs, &cost, &count))
         return NULL;
+    device_guard();
     for (Py_ssize_t k = 0; k < count; k++) {
         int code;
         /* A full launch queue blocks in the driver: without the GIL, as ATen launches. */
@@ -864,6 +880,7 @@ static int forward_kernels(KernelCost cost, Py_ssize_t count) {
     int units = nccl.world ? nccl.fsdp_units : 0, code = 0, gathered = 0;
     void *kernel_args[1] = {&cost};
     Dim3 grid = {132, 1, 1}, block = {256, 1, 1};
+    device_guard();
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < count && !code && gathered <= 0; k++) {
         if (unit_edge((int)k, (int)count, units, 0))

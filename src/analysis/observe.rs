@@ -24,12 +24,13 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
     let stacks: BTreeMap<u32, &ProcessStacks> =
         snapshot.stacks.iter().map(|s| (s.pid, s)).collect();
     let cuda: BTreeMap<u32, &ProcessCuda> = snapshot.cuda.iter().map(|c| (c.pid, c)).collect();
-    // A process on several GPUs makes them one job.
+    // A process that is the main one (holds the most memory) on several GPUs drives them
+    // (DataParallel, a process per node): they are one job. A rank's stray context on another
+    // rank's GPU (a thread that touched CUDA before its device was chosen: the context users
+    // find on GPU 0) holds little memory there and makes nothing one job.
     let mut gpus_per_pid: BTreeMap<u32, u32> = BTreeMap::new();
-    for device in &gpu.devices {
-        for p in &device.processes {
-            *gpus_per_pid.entry(p.pid).or_default() += 1;
-        }
+    for main in gpu.devices.iter().filter_map(|d| d.processes.first()) {
+        *gpus_per_pid.entry(main.pid).or_default() += 1;
     }
     let disk_util = snapshot
         .disks
@@ -294,21 +295,32 @@ mod tests {
     use crate::analysis::jobs::tests::process;
     use crate::snapshot::{GpuDevice, GpuProcess, GpuSnapshot};
 
-    /// Two GPUs, each with one main process, as `observe` groups them: (job, ranks) per GPU.
-    fn groups(contexts: Vec<ProcessContext>) -> Vec<(Option<String>, Option<String>)> {
+    /// A GPU per context, each with it as its main process and `others` after it (a GPU's
+    /// position, a pid), as `observe` groups them: (job, ranks) per GPU.
+    fn groups(
+        contexts: Vec<ProcessContext>,
+        others: &[(usize, u32)],
+    ) -> Vec<(Option<String>, Option<String>)> {
         let devices = contexts
             .iter()
             .enumerate()
-            .map(|(i, c)| GpuDevice {
-                index: i as u32,
-                uuid: format!("GPU-{i}"),
-                up: true,
-                process_count: Some(1),
-                processes: vec![GpuProcess {
-                    pid: c.pid,
-                    ..GpuProcess::default()
-                }],
-                ..GpuDevice::default()
+            .map(|(i, c)| {
+                let pids =
+                    std::iter::once(c.pid).chain(others.iter().filter(|o| o.0 == i).map(|o| o.1));
+                let processes: Vec<GpuProcess> = pids
+                    .map(|pid| GpuProcess {
+                        pid,
+                        ..GpuProcess::default()
+                    })
+                    .collect();
+                GpuDevice {
+                    index: i as u32,
+                    uuid: format!("GPU-{i}"),
+                    up: true,
+                    process_count: Some(processes.len() as u32),
+                    processes,
+                    ..GpuDevice::default()
+                }
             })
             .collect();
         let snapshot = Snapshot {
@@ -329,15 +341,26 @@ mod tests {
     #[test]
     fn children_of_one_launcher_on_separate_gpus_are_ranks_not_a_job() {
         // torchrun on bare metal: two children of pid 7, no pod, no Slurm job.
-        let bare = groups(vec![process(20, 7, "", &[]), process(21, 7, "", &[])]);
+        let ranks = || vec![process(20, 7, "", &[]), process(21, 7, "", &[])];
+        let bare = groups(ranks(), &[]);
         let launcher = Some("launcher:7".to_string());
         assert_eq!(bare, vec![(None, launcher.clone()), (None, launcher)]);
+        // Rank 1's stray context on rank 0's GPU (after rank 0, which holds more memory)
+        // leaves them ranks.
+        assert_eq!(groups(ranks(), &[(0, 21)]), bare);
         // In a pod, the pod is both.
-        let pod = groups(vec![process(30, 8, "p", &[]), process(31, 9, "p", &[])]);
+        let pod = groups(
+            vec![process(30, 8, "p", &[]), process(31, 9, "p", &[])],
+            &[],
+        );
         assert_eq!(pod[0], (Some("pod:p".into()), Some("pod:p".into())));
         assert_eq!(pod[0], pod[1]);
+        // One process the main one of both GPUs (DataParallel) makes them one job.
+        let job = Some("pid:20".to_string());
+        let driven = groups(vec![process(20, 7, "", &[]); 2], &[]);
+        assert_eq!(driven, vec![(job.clone(), job); 2]);
         // Orphans (reparented to init) are nobody's ranks.
-        let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])]);
+        let orphans = groups(vec![process(40, 1, "", &[]), process(41, 1, "", &[])], &[]);
         assert_eq!(orphans, vec![(None, None), (None, None)]);
     }
 

@@ -198,6 +198,9 @@ static Tensor *new_tensor(PyTypeObject *type, int device, size_t nbytes, int pin
             return NULL;
         }
     } else if (pinned) {
+        /* The caching host allocator pins under a device that already has a primary context
+         * (the rank's own), not device 0, whatever thread pins. */
+        device_guard();
         if (check(cuda.host_alloc(&t->data, t->nbytes, 0), "cudaHostAlloc")) {
             t->data = NULL;
             Py_DECREF(t);
@@ -595,6 +598,7 @@ static PyObject *nccl_collective_py(PyObject *module, PyObject *args) {
         return NULL;
     if (!nccl.world)
         return PyErr_Format(PyExc_RuntimeError, "Default process group has not been initialized");
+    device_guard(); /* ProcessGroupNCCL guards its tensors' device too */
     Py_BEGIN_ALLOW_THREADS
     code = nccl_collective(op, (size_t)nbytes);
     Py_END_ALLOW_THREADS
@@ -628,6 +632,7 @@ static PyObject *nccl_p2p_py(PyObject *module, PyObject *args) {
     if (!nccl.world)
         return PyErr_Format(PyExc_RuntimeError, "Default process group has not been initialized");
     int code = -1;
+    device_guard();
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&nccl.lock);
     if (nccl.comm) {

@@ -136,7 +136,7 @@ def draw_wide(seed):
     return loop
 
 
-FAMILIES = {"classic": draw, "torch": draw_torch, "wide": draw_wide}
+LOOP_FAMILIES = {"classic": draw, "torch": draw_torch, "wide": draw_wide}
 
 
 def parallel(rng, loop):
@@ -230,12 +230,12 @@ def second_job(args):
 
 def main(argv=None):
     if len(sys.argv) >= 3 and sys.argv[1] == "--describe":
-        family = FAMILIES[sys.argv[4]] if sys.argv[3:4] == ["--family"] else draw
+        family = LOOP_FAMILIES[sys.argv[4]] if sys.argv[3:4] == ["--family"] else draw
         print(json.dumps(family(int(sys.argv[2])), indent=1))
         return
     args = common.arguments(__doc__, argv, extra=[("--loop-seed", int), ("--family", str)])
     if args.family in ("torch", "wide"):
-        spec = FAMILIES[args.family](args.loop_seed)
+        spec = LOOP_FAMILIES[args.family](args.loop_seed)
         if spec["disturbance"] == "hogs":
             # After 5 s, as draw()'s loops start theirs.
             threading.Timer(5.0, contention_cpu_hogs.hogs, (args.seconds, HOGS)).start()

@@ -573,7 +573,7 @@ def main():
     parser.add_argument("--device", choices=sorted(FAMILIES), help="run every workload on this device family (default: each its own, hopper)")
     parser.add_argument("--random", type=int, default=0, help="run N loops drawn at random (random_loop.py)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random loops")
-    parser.add_argument("--family", default="classic", choices=sorted(random_loop.FAMILIES),
+    parser.add_argument("--family", default="classic", choices=sorted(random_loop.LOOP_FAMILIES),
                         help="with --random: the loops of random_loop.draw (classic), of draw_torch (written as PyTorch "
                              "code) or of draw_wide (those, with the loader, thread and checkpoint options real jobs set)")
     parser.add_argument("--without-probes", action="store_true",
@@ -600,7 +600,7 @@ def main():
         for n in chosen:
             loop_seed = args.seed * 100_000 + n
             torch = args.family != "classic"
-            loop = random_loop.FAMILIES[args.family](loop_seed)
+            loop = random_loop.LOOP_FAMILIES[args.family](loop_seed)
             ranks = f", {loop['ranks']} ranks" if loop["ranks"] > 1 else ""
             if torch and loop["ranks"] > 1:
                 wrapper = next(w for w in ("ddp", "fsdp", "pipeline", "moe") if loop.get(w))

@@ -13,6 +13,11 @@ pub struct GpuSnapshot {
     pub cuda_driver_version: String,
     /// One entry per device NVML counts, lost ones included, by index.
     pub devices: Vec<GpuDevice>,
+    /// The processes listed on a GPU at its last answer that still run while it (or NVML)
+    /// does not answer now. They are on no device here (nothing is known of them this tick),
+    /// but the sources that follow GPU processes keep following them: a slow answer must
+    /// not cost a rank its host history, its stack window and its probes.
+    pub unanswered_processes: Vec<u32>,
 }
 
 /// One GPU. Every measurement is `None` when this GPU or driver does not support it, or when

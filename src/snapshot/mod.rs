@@ -384,13 +384,43 @@ pub struct HttpCounters {
 }
 
 impl Snapshot {
-    /// Every process with a context on some GPU, once each, in pid order.
+    /// Every process with a context on some GPU, once each, in pid order: those listed now,
+    /// and those listed on a GPU that does not answer now.
     pub fn gpu_pids(&self) -> std::collections::BTreeSet<u32> {
         self.gpu
             .iter()
-            .flat_map(|g| &g.devices)
-            .flat_map(|d| &d.processes)
-            .map(|p| p.pid)
+            .flat_map(|g| {
+                let listed = g.devices.iter().flat_map(|d| &d.processes).map(|p| p.pid);
+                listed.chain(g.unanswered_processes.iter().copied())
+            })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_pids_hold_the_processes_of_gpus_not_answering() {
+        let listed = |pid| GpuProcess {
+            pid,
+            ..GpuProcess::default()
+        };
+        let snapshot = Snapshot {
+            gpu: Some(GpuSnapshot {
+                devices: vec![GpuDevice {
+                    processes: vec![listed(9), listed(5)],
+                    ..GpuDevice::default()
+                }],
+                unanswered_processes: vec![7, 5],
+                ..GpuSnapshot::default()
+            }),
+            ..Snapshot::default()
+        };
+        assert_eq!(
+            snapshot.gpu_pids().into_iter().collect::<Vec<_>>(),
+            [5, 7, 9]
+        );
     }
 }

@@ -575,6 +575,7 @@ impl Source for DemoSource {
             driver_version: "550.54.15 (simulated)".into(),
             cuda_driver_version: "12.4".into(),
             devices,
+            unanswered_processes: Vec::new(),
         });
         if snapshot.culprits_wanted {
             snapshot.culprits = Some(self.culprits());

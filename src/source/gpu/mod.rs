@@ -14,7 +14,7 @@ pub mod summary;
 mod worker;
 mod xid;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -59,6 +59,8 @@ pub struct GpuSource {
     workers: Vec<worker::GpuWorker>,
     /// Indexes currently down, to log only changes.
     down: BTreeSet<u32>,
+    /// Each GPU's processes at its last answer, by index.
+    listed: HashMap<u32, Vec<u32>>,
     /// XID errors counted by the event thread, and the watcher over the current GPUs.
     xid_counts: xid::XidCounts,
     xid_watcher: Option<xid::XidWatcher>,
@@ -77,6 +79,7 @@ impl GpuSource {
             versions: Default::default(),
             workers: Vec::new(),
             down: BTreeSet::new(),
+            listed: HashMap::new(),
             xid_counts: Default::default(),
             xid_watcher: None,
         }
@@ -161,6 +164,15 @@ impl GpuSource {
         devices
     }
 
+    /// The processes listed at their GPU's last answer that still run, of every GPU not among
+    /// the `devices` that answered now.
+    fn still_running(&self, devices: &[GpuDevice]) -> Vec<u32> {
+        let answered: BTreeSet<u32> = devices.iter().filter(|d| d.up).map(|d| d.index).collect();
+        unanswered(&self.listed, &answered, |pid| {
+            self.procfs.join(pid.to_string()).exists()
+        })
+    }
+
     /// Keeps an XID watcher registered on exactly the answering GPUs, and copies its counts.
     fn watch_xids(&mut self, nvml: &'static Nvml, devices: &mut [GpuDevice]) {
         let answering: Vec<(u32, String)> = devices
@@ -181,6 +193,22 @@ impl GpuSource {
     }
 }
 
+/// Of the processes `listed` per GPU index, those of the GPUs not `answered` that are
+/// `running`, in pid order.
+fn unanswered(
+    listed: &HashMap<u32, Vec<u32>>,
+    answered: &BTreeSet<u32>,
+    running: impl Fn(u32) -> bool,
+) -> Vec<u32> {
+    let pids: BTreeSet<u32> = listed
+        .iter()
+        .filter(|(index, _)| !answered.contains(index))
+        .flat_map(|(_, pids)| pids.iter().copied())
+        .filter(|&pid| running(pid))
+        .collect();
+    pids.into_iter().collect()
+}
+
 impl Source for GpuSource {
     fn name(&self) -> &'static str {
         "gpu"
@@ -192,6 +220,7 @@ impl Source for GpuSource {
             Err(reason) => {
                 snapshot.gpu = Some(GpuSnapshot {
                     nvml_error: reason.to_string(),
+                    unanswered_processes: self.still_running(&[]),
                     ..GpuSnapshot::default()
                 });
                 return Err(SourceError::Failed(format!("NVML unavailable: {reason}")));
@@ -203,6 +232,7 @@ impl Source for GpuSource {
                 let reason = error_reason(&error);
                 snapshot.gpu = Some(GpuSnapshot {
                     nvml_error: reason.to_string(),
+                    unanswered_processes: self.still_running(&[]),
                     ..GpuSnapshot::default()
                 });
                 return Err(SourceError::Failed(format!(
@@ -212,13 +242,41 @@ impl Source for GpuSource {
         };
         let mut devices = self.read_devices(nvml, count);
         self.watch_xids(nvml, &mut devices);
+        let unanswered_processes = self.still_running(&devices);
+        for device in devices.iter().filter(|d| d.up) {
+            let pids = device.processes.iter().map(|p| p.pid).collect();
+            self.listed.insert(device.index, pids);
+        }
+        self.listed.retain(|index, _| *index < count);
         snapshot.gpu = Some(GpuSnapshot {
             nvml_up: true,
             nvml_error: String::new(),
             driver_version: self.versions.0.clone(),
             cuda_driver_version: self.versions.1.clone(),
             devices,
+            unanswered_processes,
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_processes_of_a_gpu_not_answering_are_held_while_they_run() {
+        let listed = HashMap::from([(0, vec![30, 10]), (1, vec![20, 10]), (2, vec![40])]);
+        let running = |pid| pid != 40;
+        // GPU 0 answered; 1 did not (its processes run); 2 did not (its process is gone).
+        let held = unanswered(&listed, &BTreeSet::from([0]), running);
+        assert_eq!(held, vec![10, 20]);
+        // Every GPU answered: nothing is held.
+        assert!(unanswered(&listed, &BTreeSet::from([0, 1, 2]), running).is_empty());
+        // NVML itself did not answer: every process that runs.
+        assert_eq!(
+            unanswered(&listed, &BTreeSet::new(), running),
+            vec![10, 20, 30]
+        );
     }
 }

@@ -240,6 +240,10 @@ def _worker(images, indices, results, named, heavy):
     while True:
         job = indices.get()
         if job is None:
+            # Told to stop, as DataLoader's workers are at shutdown: leave without flushing the
+            # batches nobody will read (the loop that stops early, an evaluation's last ones),
+            # as they do (cancel_join_thread), instead of blocking on a full pipe.
+            results.cancel_join_thread()
             return
         number, chosen, rounds = job
         for _ in range(rounds):

@@ -115,8 +115,8 @@ def draw_wide(seed):
     (the torch draws stay as they are): workers replaced every epoch, unnamed or delivering out
     of order, one heavy batch in several, idle children beside the loader (wandb-core, the
     compile pool), a thread prefetcher, the training function off the main thread, Python in
-    the model's forward, and for two ranks a checkpoint every few steps (rank 0 writes, its peer
-    waits in dist.barrier()). Nothing in the exporter was tuned to these draws."""
+    the model's forward, for two ranks a checkpoint every few steps (rank 0 writes, its peer
+    waits in dist.barrier()), and a periodic evaluation. Nothing in the exporter was tuned to these draws."""
     loop = {**draw_torch(seed), "family": "wide"}
     rng = random.Random(f"wide-{seed}")
     loop.update(
@@ -133,6 +133,12 @@ def draw_wide(seed):
     )
     if loop["ranks"] > 1 and rng.random() < 0.3:
         loop.update({"checkpoint_every": rng.choice([20, 50]), "checkpoint_seconds": round(rng.uniform(0.3, 1.5), 2)})
+    # From a stream of its own, so that the options above stay as drawn: one loop in four
+    # evaluates every 50-200 steps (not pipelines and expert-parallel pairs, whose schedules
+    # the evaluation would need too).
+    rng = random.Random(f"wide-eval-{seed}")
+    if not (loop.get("pipeline") or loop.get("moe")) and rng.random() < 0.25:
+        loop.update({"eval_every": rng.choice([50, 100, 200]), "eval_batches": rng.choice([10, 20, 40])})
     return loop
 
 

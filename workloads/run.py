@@ -561,6 +561,7 @@ def wide_options(loop):
         ("off main", loop["off_main"]),
         ("forward Python", loop["forward_host_seconds"]),
         ("checkpoints", loop.get("checkpoint_every")),
+        (f"eval 1/{loop.get('eval_every')}", loop.get("eval_every")),
     ]
     return "".join(f", {label}" for label, on in shown if on)
 

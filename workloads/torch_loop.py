@@ -44,7 +44,10 @@ expert-parallel group instead (each of "moe_layers" MoE layers exchanges "token_
 with every rank twice in forward and twice in backward, dist.all_to_all_single: a send and a
 receive to and from every rank in one group); every "checkpoint_every" steps rank 0
 spends "checkpoint_seconds" writing a checkpoint (torch.save: the host serializes, its GPU
-idles) while the others wait for it in dist.barrier(); "cpus": the CPUs a rank and its loader
+idles) while the others wait for it in dist.barrier(); every "eval_every" steps an evaluation
+of "eval_batches" batches (HF Trainer's eval_steps, Lightning's val_check_interval: a loader of
+its own whose workers start for each evaluation unless persistent, the forward only, the
+metric added up on the host each batch with .item()); "cpus": the CPUs a rank and its loader
 workers are pinned to (torchrun --bind-core-list, numactl); "env": variables a rank's process
 gets (as each node's launcher sets its own: NCCL_IB_HCA; $VARIABLES in them expanded).
 
@@ -100,6 +103,8 @@ DEFAULTS = {
     "stop_how": "sleep",
     "checkpoint_every": 0,
     "checkpoint_seconds": 0.0,
+    "eval_every": 0,
+    "eval_batches": 20,
     "cpus": None,
     "env": {},
 }
@@ -229,6 +234,39 @@ def checkpoint(torch, spec):
     torch.distributed.barrier()
 
 
+def evaluation_batches(loader, persistent):
+    """Each evaluation's batches, `count` a time: from workers started for it and stopped after
+    it (DataLoader's default), or from persistent workers idle between evaluations."""
+    kept = iter(loader) if persistent else None
+
+    def batches(count):
+        source = kept or iter(loader)
+        try:
+            for _ in range(count):
+                yield next(source)
+        finally:
+            if source is not kept:
+                source.close()
+
+    return batches
+
+
+def evaluate(torch, spec, model, batches, truth):
+    """One evaluation: the model's forward on each batch (torch.no_grad(): no backward) and
+    `correct += (pred == labels).sum().item()`, a sync a batch."""
+    correct = 0.0
+    source = batches(spec["eval_batches"])
+    for _ in range(spec["eval_batches"]):
+        batch = truth.timed(common.LOADER, next, source)
+        start, cpu = time.monotonic_ns(), time.thread_time_ns()
+        host = torch.empty(len(batch) * 3 * spec["image_side"] ** 2)
+        x = host.pin_memory().to("cuda", non_blocking=True)
+        correct += model(x).item()
+        truth.record(common.PYTHON, start, time.monotonic_ns(), time.thread_time_ns() - cpu)
+    source.close()
+    return correct
+
+
 def train(spec, args):
     spec = {**DEFAULTS, **spec}
     if spec["ranks"] == 1:
@@ -291,9 +329,15 @@ def train_rank(spec, args, rank=0, store=None):
     if spec["sidecars"]:
         common.sidecars(os.path.join(os.environ.get("EMUGPU_DIR") or "/tmp", "sidecars"))
     batches = thread_prefetcher(iter(loader)) if spec["prefetcher"] else iter(loader)
+    evaluation = None
+    if spec["eval_every"]:
+        evaluation = evaluation_batches(
+            common.Loader(images, batch_size=spec["batch"], workers=spec["workers"], named=spec["named"], in_order=spec["in_order"]),
+            spec["persistent"],
+        )
     if spec["off_main"]:
-        return on_a_thread(loop, torch, kernels, spec, args, model, batches)
-    return loop(torch, kernels, spec, args, model, batches)
+        return on_a_thread(loop, torch, kernels, spec, args, model, batches, evaluation)
+    return loop(torch, kernels, spec, args, model, batches, evaluation)
 
 
 def thread_prefetcher(batches, depth=2):
@@ -325,7 +369,7 @@ def on_a_thread(loop, *args):
     return result[0] if result else 0
 
 
-def loop(torch, kernels, spec, args, model, batches):
+def loop(torch, kernels, spec, args, model, batches, evaluation=None):
     optimizer_seconds = spec["step_seconds"] * 0.05
     truth = common.Truth.mine()
     # The metric code's host-side history (a few million floats: its .tolist() is real work).
@@ -366,6 +410,8 @@ def loop(torch, kernels, spec, args, model, batches):
             step_sync(torch, spec, loss, losses)
         if spec["checkpoint_every"] and steps % spec["checkpoint_every"] == 0:
             checkpoint(torch, spec)
+        if evaluation and steps % spec["eval_every"] == 0:
+            evaluate(torch, spec, model, evaluation, truth)
         if history is not None:
             recent = history.tolist()  # a host array: no GPU involved, however the line reads
             del recent

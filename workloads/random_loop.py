@@ -116,7 +116,8 @@ def draw_wide(seed):
     of order, one heavy batch in several, idle children beside the loader (wandb-core, the
     compile pool), a thread prefetcher, the training function off the main thread, Python in
     the model's forward, for two ranks a checkpoint every few steps (rank 0 writes, its peer
-    waits in dist.barrier()), and a periodic evaluation. Nothing in the exporter was tuned to these draws."""
+    waits in dist.barrier()), and a periodic evaluation. Nothing in the exporter was tuned to
+    these draws."""
     loop = {**draw_torch(seed), "family": "wide"}
     rng = random.Random(f"wide-{seed}")
     loop.update(

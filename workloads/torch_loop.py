@@ -327,7 +327,9 @@ def train_rank(spec, args, rank=0, store=None):
         heavy=spec["heavy"],
     )
     if spec["sidecars"]:
-        common.sidecars(os.path.join(os.environ.get("EMUGPU_DIR") or "/tmp", "sidecars"))
+        # A directory a rank: two ranks writing one wandb-core while the other runs it fail
+        # (ETXTBSY), and the rank that fails leaves its peer spinning for ever.
+        common.sidecars(os.path.join(os.environ.get("EMUGPU_DIR") or "/tmp", f"sidecars-{os.getpid()}"))
     batches = thread_prefetcher(iter(loader)) if spec["prefetcher"] else iter(loader)
     evaluation = None
     if spec["eval_every"]:

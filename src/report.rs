@@ -198,8 +198,13 @@ fn hang_summary(hang: &crate::analysis::Hang) -> String {
         .as_ref()
         .map(|p| format!("; {}", p.summary))
         .unwrap_or_default();
+    let gpu = if hang.host_side {
+        "the GPU idle"
+    } else {
+        "the GPU spinning busy"
+    };
     format!(
-        "in {frame} for {} min {} s, the GPU spinning busy{waiting}{peers}",
+        "in {frame} for {} min {} s, {gpu}{waiting}{peers}",
         seconds / 60,
         seconds % 60
     )

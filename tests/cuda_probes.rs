@@ -329,6 +329,73 @@ fn nccl_collectives_are_counted_per_process_by_operation() {
 }
 
 #[test]
+fn a_rank_waiting_in_ncclcomminitrank_for_a_peer_that_never_comes_is_hung() {
+    // Rank 0 of a two-rank communicator whose rank 1 never calls ncclCommInitRank: the call
+    // blocks (NCCL's bootstrap waits for every rank), the host asleep and the GPU idle. The
+    // process loads its model for two seconds first, as a job does between its context and its
+    // first collective: the probes see a call from its entry.
+    let timelines = TempDir::new("timelines");
+    let scenario = Scenario::new(&format!(
+        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
+        timelines.path().join("gpu0.timeline").display()
+    ));
+    let exporter = scenario.start(
+        &common::fake_nvml(false),
+        "  cuda: {launch_windows_every: 1s}\nanalysis:\n  window: 4s\n  min_duration: 1s\n  hang_after: 3s\n",
+    );
+    let workloads = common::repo_root().join("workloads");
+    let script = format!(
+        "import sys\nsys.path.insert(0, {workloads:?})\n\
+         import ctypes, os, time, emugpu\ngpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
+         class UniqueId(ctypes.Structure):\n    _fields_ = [('internal', ctypes.c_char * 128)]\n\
+         nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), 'libnccl.so.2'))\n\
+         nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]\n\
+         uid, comm = UniqueId(), ctypes.c_void_p()\nassert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0\n\
+         time.sleep(2)\nnccl.ncclCommInitRank(ctypes.byref(comm), 2, uid, 0)\n"
+    );
+    let workload = Reaped(
+        Command::new("python3")
+            .args(["-c", &script])
+            .env("EMUGPU_DIR", timelines.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let pid = workload.0.id().to_string();
+    let labels = [("pid", pid.as_str())];
+    if !may_probe() {
+        let page = exporter.metrics_when(|p| {
+            value(p, "gpu_exporter_source_supported", &[("source", "cuda")]).is_some()
+        });
+        let creating = value(&page, "gpu_process_nccl_communicator_init_seconds", &labels);
+        assert_eq!(creating, None);
+        return;
+    }
+    let page = exporter.metrics_when(|p| {
+        value(p, "gpu_process_nccl_communicator_init_seconds", &labels).is_some_and(|s| s >= 4.0)
+    });
+    // The wait is NCCL's, not the driver's: no driver wait goes on meanwhile.
+    assert_eq!(
+        value(&page, "gpu_process_cuda_wait_ongoing_seconds", &labels),
+        Some(0.0)
+    );
+    let mut diagnosis = serde_json::Value::Null;
+    exporter.wait_within(Duration::from_secs(15), || {
+        let api = exporter.get("/api/v1/diagnosis", &[]);
+        diagnosis = serde_json::from_slice(&api.body).unwrap();
+        diagnosis["gpus"][0]["primary"] == "hung"
+    });
+    let gpu = &diagnosis["gpus"][0];
+    let frame = gpu["hang"]["frame"].as_str().unwrap();
+    assert!(frame.starts_with("ncclCommInitRank"), "{frame}");
+    let explanation = gpu["explanation"].as_str().unwrap();
+    assert!(
+        explanation.contains("creation of its NCCL communicator"),
+        "{explanation}"
+    );
+}
+
+#[test]
 fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
     use gpu_bottleneck_exporter::snapshot::{
         CudaThread, CudaTotals, GpuDevice, GpuProcess, GpuSnapshot, ProcessCuda, Snapshot, Step,
@@ -382,6 +449,8 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
                 },
             ],
             waiting_seconds: Some(1.5),
+            // A subgroup's communicator being split off while it trains.
+            creating_communicator_seconds: Some(0.25),
             step: Some(Step {
                 seconds: 0.42,
                 best_seconds: 0.35,
@@ -455,6 +524,14 @@ fn the_boundary_is_served_as_a_fixed_set_of_series_per_gpu_process() {
         14,
         "a fixed set per process, none per kernel or call"
     );
-    // Seven operations each for the process that issued collectives, none for the other.
-    assert_eq!(series("gpu_process_nccl_"), 14);
+    // Seven operations each for the process that issued collectives, and the communicator it
+    // creates; none for the other.
+    assert_eq!(series("gpu_process_nccl_"), 15);
+    assert_eq!(
+        of(
+            "gpu_process_nccl_communicator_init_seconds",
+            &[("pid", "4242")]
+        ),
+        Some(0.25)
+    );
 }

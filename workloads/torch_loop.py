@@ -36,7 +36,11 @@ FullyShardedDataParallel (four units: all-gathers before each unit's forward on 
 thread, all-gathers and reduce-scatters in backward on the engine's), "rank_specs" each
 rank's own overrides ({"1": {"workers": 1}}: a straggler; {"1": {"stop_after": 5}}: a rank
 that stops arriving after 5 s, a hang for the others; with "stop_how": "freeze" its whole process
-stops, as a lost node does); "pipeline": the ranks as the stages of a pipeline instead
+stops, as a lost node does; {"1": {"late_by": 8}}: a rank that reaches its first collective 8 s
+after the others, who wait for it in NCCL's creation of the communicator); "eager_init": the
+communicator created in init_process_group (its device_id given), not at the first collective;
+"load_seconds": the
+host's time building the model and loading its weights before it is wrapped; "pipeline": the ranks as the stages of a pipeline instead
 (GPipe's schedule: "microbatches" forwards, each receiving "activation_bytes" from the stage
 before and sending as many to the one after, then as many backwards sending gradients back,
 each transfer a batch_isend_irecv: ncclSend/ncclRecv in a group); "moe": the ranks as an
@@ -101,6 +105,9 @@ DEFAULTS = {
     "rank_specs": {},
     "stop_after": 0.0,
     "stop_how": "sleep",
+    "late_by": 0.0,
+    "eager_init": False,
+    "load_seconds": 0.0,
     "checkpoint_every": 0,
     "checkpoint_seconds": 0.0,
     "eval_every": 0,
@@ -288,6 +295,13 @@ def train(spec, args):
     return 0
 
 
+def arrive_late(spec):
+    """A rank late to its first collective (its data still being prepared, a loader stuck
+    before the loop): the others wait for it where their communicator is created."""
+    if spec["late_by"]:
+        time.sleep(spec["late_by"])
+
+
 def train_rank(spec, args, rank=0, store=None):
     os.environ.update({name: os.path.expandvars(value) for name, value in spec["env"].items()})
     if spec["cpus"]:
@@ -300,8 +314,11 @@ def train_rank(spec, args, rank=0, store=None):
     if store:
         # The watchdog's timeout is the run's end: a rank still waiting then is torn down.
         timeout = args.seconds + 2.0
+        eager = {"device_id": torch.device(f"cuda:{gpu}")} if spec["eager_init"] else {}
+        if eager:
+            arrive_late(spec)
         torch.distributed.init_process_group(
-            "nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"], timeout=timeout
+            "nccl", init_method=f"file://{store}", rank=rank, world_size=spec["ranks"], timeout=timeout, **eager
         )
     # The kernels: the emulated torch's own calls, or the same on a real GPU.
     kernels = emugpu.RealKernels(torch, gpu) if args.real else torch._C
@@ -311,6 +328,13 @@ def train_rank(spec, args, rank=0, store=None):
         model = Model(kernels, {**spec, "step_seconds": spec["step_seconds"] / micro, "kernels": max(2, spec["kernels"] // micro)})
     else:
         model = Model(kernels, spec)
+    if spec["load_seconds"]:
+        # The model placed on its GPU (its first allocation: the context), then its weights
+        # read from a checkpoint into it (load_state_dict) before it is wrapped.
+        torch.empty(1 << 20).to("cuda")
+        common.burn(spec["load_seconds"])
+    if not spec["eager_init"]:
+        arrive_late(spec)
     if spec["ddp"]:
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_bytes=spec["gradient_bytes"])
     elif spec["fsdp"]:

@@ -20,6 +20,14 @@ fn advice(verdict: &GpuVerdict) -> Advice {
             explanation: "The GPU is not fully busy, but no rule matched clearly (or the window is still filling).",
             next_steps: &["Wait for a full window (30 s by default) and look again.", "Check gpu_bottleneck_score and gpu_bottleneck_unknown for near misses and missing inputs."],
         },
+        Primary::Hung if verdict.hang.as_ref().is_some_and(|h| h.host_side) => Advice {
+            explanation: "The job has waited for minutes in a call every rank must make, with nothing running on the GPU: the creation of its NCCL communicator (ncclCommInitRank, which returns once every rank has called it; PyTorch calls it at the first collective, or in init_process_group when given a device_id), or a host-side collective: a rank never came (it crashed or is stuck before its first collective, its pod is still pending, or the ranks disagree on the world size or the rendezvous address). Nothing progresses; the job is hung, not idle.",
+            next_steps: &[
+                "Find the rank that did not come: the job's pods that are pending, crashed or restarted, and ranks whose stacks (diagnose on their node, or py-spy dump --pid) show them still before their first collective (loading data, a deadlocked loader).",
+                "Check that every rank was started with the same world size and rendezvous (WORLD_SIZE, MASTER_ADDR, MASTER_PORT); NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP logs which ranks connected and the interface each chose (a wrong NCCL_SOCKET_IFNAME stalls the bootstrap too).",
+                "Restarting the job only helps once the missing rank can start: fix its pod or node first.",
+            ],
+        },
         Primary::Hung => Advice {
             explanation: "The job has waited for one collective for minutes while the GPU spins in it (NCCL's kernel waits on the GPU for its peers; the host waits in the collective or in its next sync): a peer never arrived (a crashed or stuck rank, a lost node, a network partition). Nothing progresses; the job is hung, not busy.",
             next_steps: &[

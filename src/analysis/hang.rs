@@ -1,13 +1,15 @@
 //! A hung collective: a rank whose main thread sits in one collective, tick after tick, while
 //! its GPU spins in it and moves no data — or, as real PyTorch shows it (NCCL enqueues and
 //! returns at once), whose thread has sat in one CUDA driver wait ever since it issued a
-//! collective, the GPU spinning the same way. A rank whose peer on this node works meanwhile
+//! collective, the GPU spinning the same way; or whose thread has sat in NCCL's creation of
+//! a communicator, waiting for a rank that never calls it, the GPU idle. A rank whose peer on this node works meanwhile
 //! (a barrier while rank 0 writes a checkpoint) waits for it: that is no hang, and the hang's
 //! record says whom it waits for. Where NCCL's RAS service answered for the process (asked
 //! while a hang is tracked), the record carries what it says of the job's ranks (`ras.rs`).
 
 use super::peers::SPIN_SM_ACTIVITY_MAX;
 use super::ras;
+use super::score::IDLE_BUSY;
 use super::{GpuObservation, Hang};
 use crate::config::Thresholds;
 use crate::snapshot::Activity;
@@ -30,7 +32,7 @@ pub type Stuck = Option<(f64, String)>;
 /// wait) and, where the driver reports it, no data crossing its PCIe link (a slow collective
 /// that moves gradients to the NIC is progress, however long it takes).
 pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
-    let hang = match in_driver(now, t) {
+    let hang = match in_driver(now, t).or_else(|| creating_communicator(now)) {
         Some(hang) => {
             *stuck = None;
             hang
@@ -51,15 +53,21 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
     })
 }
 
-/// The main thread in one collective's frame, tick after tick.
+/// The main thread in one collective's frame, tick after tick: its GPU busy (NCCL's kernel
+/// spinning for a peer) with no data crossing its PCIe link, or its GPU idle with the thread
+/// in no CUDA driver wait (the call itself has not returned and nothing reached the GPU: NCCL
+/// creating its communicator at the first collective, or a host-side collective, waits for a
+/// rank; the probes name the former where they saw the call begin).
 fn in_frame(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
+    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+        && now
+            .pcie_bytes_per_second
+            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
+    let host_side = now.busy.is_some_and(|b| b < IDLE_BUSY) && now.driver_wait.is_none();
     let held = now.stacks.as_ref().filter(|s| {
         s.recent_samples >= RECENT_SAMPLES_MIN
             && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
-            && now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-            && now
-                .pcie_bytes_per_second
-                .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)
+            && (spinning || host_side)
     });
     let Some(stacks) = held else {
         *stuck = None;
@@ -78,6 +86,26 @@ fn in_frame(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) ->
     Some(Hang {
         seconds: at - entry.0,
         frame,
+        host_side: !spinning,
+        ..Hang::default()
+    })
+}
+
+/// A thread of the main GPU process inside NCCL's creation of a communicator
+/// (`ncclCommInitRank*`, `ncclCommSplit`): it returns once every rank of the communicator has
+/// called it (NCCL's bootstrap), so a rank that never comes (crashed or stuck before its first
+/// collective, a pod still pending, ranks that disagree on the world size) holds the others
+/// there, their hosts asleep and their GPUs idle: nothing is issued yet to spin. PyTorch
+/// creates the communicator at the first collective (a DDP model's broadcast of its
+/// parameters) unless `init_process_group` was given a `device_id`. Observed without the
+/// stacks; a call entered before the probes were attached is not seen.
+fn creating_communicator(now: &GpuObservation) -> Option<Hang> {
+    Some(Hang {
+        seconds: now.creating_communicator?,
+        frame: "ncclCommInitRank (NCCL creates the communicator: the call returns once every \
+                rank has made it; the host waits inside NCCL)"
+            .to_string(),
+        host_side: true,
         ..Hang::default()
     })
 }
@@ -107,4 +135,95 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
         ),
         ..Hang::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Collective, DriverWait};
+
+    fn observed(busy: f64, sm: f64) -> GpuObservation {
+        GpuObservation {
+            busy: Some(busy),
+            sm_activity: Some(sm),
+            ..GpuObservation::default()
+        }
+    }
+
+    #[test]
+    fn a_thread_creating_a_communicator_is_a_hang_with_the_gpu_idle_and_no_stacks() {
+        let t = Thresholds::default();
+        let mut stuck = None;
+        let waiting = GpuObservation {
+            creating_communicator: Some(150.0),
+            ..observed(0.0, 0.0)
+        };
+        let hang = track(&mut stuck, &waiting, 200.0, &t).unwrap();
+        assert!(hang.host_side);
+        assert_eq!(hang.seconds, 150.0);
+        assert!(hang.frame.starts_with("ncclCommInitRank"));
+        // Not creating one, idle, no collective outstanding: nothing is tracked.
+        assert_eq!(track(&mut stuck, &observed(0.0, 0.0), 201.0, &t), None);
+    }
+
+    #[test]
+    fn a_collective_spinning_on_the_gpu_is_named_before_a_communicator_being_created() {
+        let t = Thresholds::default();
+        // A second communicator created (a subgroup's split) while the first one's
+        // collective spins: the spinning collective is what the host waits for.
+        let both = GpuObservation {
+            creating_communicator: Some(5.0),
+            driver_wait: Some(DriverWait {
+                seconds: 130.0,
+                after: Some(Collective::AllReduce),
+            }),
+            ..observed(1.0, 0.05)
+        };
+        let hang = track(&mut None, &both, 200.0, &t).unwrap();
+        assert!(!hang.host_side);
+        assert_eq!(hang.seconds, 130.0);
+    }
+
+    #[test]
+    fn a_main_thread_held_in_a_collective_frame_with_the_gpu_idle_is_a_host_side_hang() {
+        use crate::snapshot::{FrameShare, PerActivity, ProcessStacks};
+        let t = Thresholds::default();
+        let mut stacks = ProcessStacks::sampled(
+            40,
+            PerActivity::default().with_share(Activity::Collective, 1.0),
+        );
+        stacks.top_frames.push(FrameShare {
+            function: "broadcast".into(),
+            location: "torch/distributed/distributed_c10d.py:2601".into(),
+            activity: Activity::Collective,
+            share: 1.0,
+        });
+        // The probes missed the call's entry (it began before they were attached).
+        let waiting = GpuObservation {
+            stacks: Some(stacks),
+            ..observed(0.0, 0.0)
+        };
+        let mut stuck = None;
+        track(&mut stuck, &waiting, 100.0, &t).unwrap();
+        let hang = track(&mut stuck, &waiting, 250.0, &t).unwrap();
+        assert!(hang.host_side);
+        assert_eq!(hang.seconds, 150.0);
+        assert!(hang.frame.starts_with("broadcast at"), "{}", hang.frame);
+        // Inside a CUDA driver wait instead (a sync the GPU has not answered, no collective
+        // before it): not the collective's call, and not a spin either.
+        let syncing = GpuObservation {
+            driver_wait: Some(DriverWait {
+                seconds: 3.0,
+                after: None,
+            }),
+            ..waiting.clone()
+        };
+        assert_eq!(track(&mut stuck, &syncing, 251.0, &t), None);
+        // Some work on the GPU between idle and busy: neither a spin nor a host-side wait.
+        let working = GpuObservation {
+            busy: Some(0.5),
+            ..waiting
+        };
+        assert_eq!(track(&mut stuck, &working, 252.0, &t), None);
+    }
 }

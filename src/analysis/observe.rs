@@ -58,6 +58,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
             // The main GPU process: the one holding the most memory (processes are ranked).
             let main = device.processes.first();
             let context = main.and_then(|p| contexts.get(&p.pid).copied());
+            // What the CUDA probes saw of the main process.
+            let main_cuda = main.and_then(|p| cuda.get(&p.pid)).copied();
             let network = main.and_then(|p| networks.get(&p.pid).copied());
             let job_ranks = context.and_then(|c| c.world).map(|w| w.ranks);
             let job = main.and_then(|p| {
@@ -108,35 +110,23 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 pcie_bandwidth_share: pcie_bandwidth_share(device),
                 link_copy_excess: link_copy_excess(
                     device,
-                    main.and_then(|p| cuda.get(&p.pid)?.copy_bytes_per_second),
+                    main_cuda.and_then(|c| c.copy_bytes_per_second),
                 ),
                 pcie_bytes_per_second: device
                     .pcie
                     .tx_bytes_per_second
                     .zip(device.pcie.rx_bytes_per_second)
                     .map(|(tx, rx)| tx + rx),
-                driver_wait: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .and_then(|c| c.driver_wait()),
-                step: main.and_then(|p| cuda.get(&p.pid)).and_then(|c| c.step),
-                backlog_busy: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .and_then(|c| c.backlog_busy),
-                launch_queue_full: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .and_then(|c| c.launch_queue_full),
-                queue_busy: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .and_then(|c| c.queue_busy),
+                creating_communicator: main_cuda.and_then(|c| c.creating_communicator_seconds),
+                driver_wait: main_cuda.and_then(|c| c.driver_wait()),
+                step: main_cuda.and_then(|c| c.step),
+                backlog_busy: main_cuda.and_then(|c| c.backlog_busy),
+                launch_queue_full: main_cuda.and_then(|c| c.launch_queue_full),
+                queue_busy: main_cuda.and_then(|c| c.queue_busy),
                 job_spans_nodes: context.and_then(|c| c.world?.spans_nodes()),
-                collective_wait: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .and_then(|c| c.collective_wait_ratio()),
-                point_to_point: main
-                    .and_then(|p| cuda.get(&p.pid))
-                    .map(|c| is_pipeline_stage(c, job_ranks)),
-                transfers_per_step: main
-                    .and_then(|p| cuda.get(&p.pid))
+                collective_wait: main_cuda.and_then(|c| c.collective_wait_ratio()),
+                point_to_point: main_cuda.map(|c| is_pipeline_stage(c, job_ranks)),
+                transfers_per_step: main_cuda
                     .filter(|c| is_pipeline_stage(c, job_ranks))
                     .and_then(|c| c.transfers_per_step),
                 processes: device.process_count,
@@ -155,9 +145,9 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 cpu_wait: context.and_then(|c| c.cpu_wait_ratio),
                 loop_cpu_wait: context.and_then(|c| c.loop_cpu_wait_ratio),
                 stacks: main.and_then(|p| stacks.get(&p.pid)).map(|s| (*s).clone()),
-                stacked_thread_waited: main.and_then(|p| {
+                stacked_thread_waited: main.zip(main_cuda).map(|(p, c)| {
                     let followed = stacks.get(&p.pid).and_then(|s| s.followed_thread);
-                    Some(cuda.get(&p.pid)?.thread_waited(followed.unwrap_or(p.pid)))
+                    c.thread_waited(followed.unwrap_or(p.pid))
                 }),
                 culprits: snapshot.culprits.clone(),
                 workers: context.map(|c| c.workers.count),

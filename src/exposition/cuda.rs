@@ -8,7 +8,7 @@ use crate::snapshot::{Collective, CudaWait, GpuSnapshot, ProcessCuda};
 /// Per GPU process the probes watch: launches and copies by kind, wait time by kind, NCCL
 /// collectives and bytes by operation (where NCCL is mapped), the threads that drive the GPU,
 /// the main thread's share of time in waits, the share in launches held by a full queue, the
-/// longest wait going on and the loop's step.
+/// longest wait going on, a communicator's creation going on and the loop's step.
 /// Bounded: a fixed set of series per process,
 /// none per kernel or per call.
 pub(super) fn process_cuda_families(
@@ -27,6 +27,7 @@ pub(super) fn process_cuda_families(
     let mut main_wait = Family::new(&PROC_CUDA_MAIN_WAIT);
     let mut queue_full = Family::new(&PROC_CUDA_QUEUE_FULL);
     let mut ongoing = Family::new(&PROC_CUDA_WAITING);
+    let mut creating = Family::new(&PROC_NCCL_CREATING);
     let mut step = Family::new(&PROC_STEP);
     let mut best = Family::new(&PROC_STEP_BEST);
     for device in gpu.devices.iter().filter(|d| d.up) {
@@ -69,6 +70,9 @@ pub(super) fn process_cuda_families(
             let main = seen.threads.iter().find(|t| t.tid == process.pid);
             main_wait.add(&base, main.map_or(0.0, |t| t.wait_ratio));
             ongoing.add(&base, seen.waiting_seconds.unwrap_or(0.0));
+            if let Some(seconds) = seen.creating_communicator_seconds {
+                creating.add(&base, seconds);
+            }
             if let Some(share) = seen.launch_queue_full {
                 queue_full.add(&base, share);
             }
@@ -89,6 +93,7 @@ pub(super) fn process_cuda_families(
         main_wait,
         queue_full,
         ongoing,
+        creating,
         step,
         best,
     ]);

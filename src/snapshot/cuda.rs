@@ -143,6 +143,11 @@ pub struct ProcessCuda {
     /// How long the thread of the process longest inside a driver wait has been in it, in
     /// seconds, at the read (`None`: no thread waits).
     pub waiting_seconds: Option<f64>,
+    /// How long a thread of the process has been inside an NCCL call creating a
+    /// communicator (`ncclCommInitRank*`, `ncclCommSplit`), in seconds, at the read (`None`:
+    /// none is, or its call began before the probes were attached: an entry is seen only as
+    /// it happens). It returns once every rank of the communicator has called it.
+    pub creating_communicator_seconds: Option<f64>,
     /// The last NCCL collective it issued, and how many seconds before the read (`None`:
     /// none since its probes were attached).
     pub last_collective: Option<(Collective, f64)>,

@@ -71,6 +71,9 @@ figures! {
         /// The main GPU process's thread inside a CUDA driver wait now, and the collective
         /// it issued before (the CUDA probes; `None` where nothing waits or unprobed).
         driver_wait: Option<DriverWait>,
+        /// How long a thread of the main GPU process has been inside NCCL's creation of a
+        /// communicator, in seconds (the CUDA probes; `None` where none is, or unprobed).
+        creating_communicator: Option<f64>,
         /// Independent jobs among the processes on the GPU (`None` when some process's owner
         /// is unknown).
         independent_jobs: Option<u32>,

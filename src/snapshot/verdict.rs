@@ -445,6 +445,10 @@ pub struct Hang {
     pub waiting_for: Option<String>,
     /// The process whose thread waits (the GPU's main process).
     pub pid: Option<u32>,
+    /// Whether it waits on the host before anything reached the GPU (NCCL's creation of a
+    /// communicator, which returns once every rank has called it; a host-side collective),
+    /// not for a collective spinning on the GPU: its GPU idle meanwhile.
+    pub host_side: bool,
     /// What NCCL's RAS service says of the ranks of its communicators (`None`: not asked
     /// yet; asked only while a hang is tracked).
     pub peers: Option<RasEvidence>,

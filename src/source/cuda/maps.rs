@@ -15,6 +15,9 @@ pub struct Maps {
     pub launch_starts: Map,
     pub held_first: Map,
     pub held_last: Map,
+    /// The open calls creating an NCCL communicator, by `pid_tgid` (start ns, probe): apart
+    /// from `starts`, whose entries mean a GPU sync to the stack sampler.
+    pub communicator_starts: Map,
     pub waits: Map,
     /// Key 0: not zero while a launch window is open, between its last attach and its first
     /// detach; the launches' count programs count only then, so that the window's launches

@@ -171,6 +171,20 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
             }
             None => {}
         }
+        if probe.creates_communicator {
+            let starts = maps.communicator_starts.fd();
+            let entry = load(programs::wait_entry(starts, number, false, None))?;
+            attached.push(Attached::new(pmu, path, offset, false, entry)?);
+            let exit = load(programs::wait_exit(
+                starts,
+                maps.waits.fd(),
+                number,
+                0,
+                None,
+            ))?;
+            attached.push(Attached::new(pmu, path, offset, true, exit)?);
+            continue;
+        }
         // Every call but a kernel launch marks the loop's cadence (where the ring is).
         if let Some(ring) = maps
             .marks
@@ -208,6 +222,20 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
         _attached: attached,
         launches,
     })
+}
+
+/// Per process, when its earliest open creation of an NCCL communicator began. Kept for
+/// processes NVML does not list yet (a rank calls ncclCommInitRank within milliseconds of its
+/// first allocation, before a tick lists it: deleting those, as the other maps' are, would
+/// lose the call for good); deleted once the process is gone.
+fn communicators_being_created(map: &Map, procfs: &Path) -> HashMap<u32, u64> {
+    let (began, threads) = maps::per_process_and_threads(map, None, u64::min);
+    for (pid, tid) in threads {
+        if !procfs.join(pid.to_string()).exists() {
+            map.delete(&((u64::from(pid) << 32) | u64::from(tid)).to_ne_bytes());
+        }
+    }
+    began
 }
 
 /// Why the probes cannot run, worded for the log.
@@ -262,6 +290,7 @@ impl CudaSource {
                 launch_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
                 held_first: Map::hash(8, 8, THREAD_ENTRIES)?,
                 held_last: Map::hash(8, 8, THREAD_ENTRIES)?,
+                communicator_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
                 waits: Map::hash(16, 16, MAP_ENTRIES)?,
                 window_open: Map::hash(4, 8, 1)?,
                 marks: Ring::new(MARKS_RING_BYTES)
@@ -485,12 +514,23 @@ impl Source for CudaSource {
         *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = callers;
         // A launch open when its window closed stays in the map: those of exited processes go.
         per_process(&maps.launch_starts, Some(&keep), u64::min);
+        let creating = communicators_being_created(&maps.communicator_starts, &self.procfs);
         self.count_launches(&counts, now, &keep);
         let before = self
             .previous
             .as_ref()
             .map(|(c, w, at)| (c, w, now.saturating_sub(*at).as_secs_f64()));
         snapshot.cuda = fold(&counts, &waits, before, &self.launch_rates, &self.launches);
+        // A process whose first NCCL call creates its communicator may have counted nothing
+        // else yet (its first collective waits behind that call).
+        for &pid in creating.keys().filter(|pid| keep.contains(pid)) {
+            if !snapshot.cuda.iter().any(|p| p.pid == pid) {
+                snapshot.cuda.push(crate::snapshot::ProcessCuda {
+                    pid,
+                    ..Default::default()
+                });
+            }
+        }
         self.collectives_seen.retain(|pid, _| keep.contains(pid));
         if let Some(ring) = maps.marks.as_ref() {
             ring.drain(|record| {
@@ -531,9 +571,9 @@ impl Source for CudaSource {
             process.transfers_per_step = process
                 .step
                 .and_then(|s| per_step(recent, s.seconds, |c| is_transfer(c.kind)));
-            process.waiting_seconds = waits_began
-                .get(&process.pid)
-                .map(|began| now_ns.saturating_sub(*began) as f64 / 1e9);
+            let since = |began: &u64| now_ns.saturating_sub(*began) as f64 / 1e9;
+            process.waiting_seconds = waits_began.get(&process.pid).map(since);
+            process.creating_communicator_seconds = creating.get(&process.pid).map(since);
             let queue = self.queues.get(&process.pid);
             process.launch_queue_full = queue.map(|q| q.held);
             process.queue_busy = queue.and_then(|q| q.busy);

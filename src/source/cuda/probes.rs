@@ -16,11 +16,16 @@ pub enum Counted {
     Collective(Collective),
 }
 
-/// One entry point of the driver: counted on entry, timed as a wait, or both (a copy).
+/// One entry point of the driver or NCCL: counted on entry, timed as a wait, or both (a
+/// copy); or, for NCCL's communicator creation, timed apart from the driver's waits.
 pub struct Probe {
     pub symbol: &'static str,
     pub counted: Option<Counted>,
     pub wait: Option<CudaWait>,
+    /// Creates an NCCL communicator: returns once every rank of it has called it (NCCL's
+    /// bootstrap), the host asleep meanwhile and the GPU untouched. Timed in a map of its own
+    /// (`Maps::communicator_starts`): a stack sample there is no GPU sync.
+    pub creates_communicator: bool,
 }
 
 const fn probe(symbol: &'static str, counted: Option<Counted>, wait: Option<CudaWait>) -> Probe {
@@ -28,6 +33,18 @@ const fn probe(symbol: &'static str, counted: Option<Counted>, wait: Option<Cuda
         symbol,
         counted,
         wait,
+        creates_communicator: false,
+    }
+}
+
+/// An NCCL call that creates a communicator, a collective call over its ranks (nccl.h:
+/// `ncclCommInitRank*` over the ranks of a unique id, `ncclCommSplit` over the parent's).
+const fn communicator(symbol: &'static str) -> Probe {
+    Probe {
+        symbol,
+        counted: None,
+        wait: None,
+        creates_communicator: true,
     }
 }
 
@@ -91,6 +108,10 @@ pub const PROBES: &[Probe] = &[
     collective("ncclReduce", Collective::Reduce),
     collective("ncclSend", Collective::Send),
     collective("ncclRecv", Collective::Recv),
+    communicator("ncclCommInitRank"),
+    communicator("ncclCommInitRankConfig"),
+    communicator("ncclCommInitRankScalable"),
+    communicator("ncclCommSplit"),
 ];
 
 /// An NCCL collective whose third argument is its element count and fourth its datatype

@@ -558,34 +558,70 @@ static int nccl_check(int code, const char *call) {
     return -1;
 }
 
-/* _nccl_unique_id(): rank 0's ncclGetUniqueId, as bytes for the store. */
-static PyObject *nccl_unique_id(PyObject *module, PyObject *unused) {
-    NcclId id;
-    if (nccl_bind() || nccl_check(nccl.get_unique_id(&id), "ncclGetUniqueId"))
+/* The communicator's store and place until it is created: ProcessGroupNCCL creates it at the
+ * first collective (getNCCLComm), in C++ under the collective's own Python frame. */
+static struct {
+    char path[4096];
+    int world, rank, pending;
+} store;
+
+/* _nccl_setup(store_path, world, rank): where the unique id will travel, for _nccl_connect. */
+static PyObject *nccl_setup(PyObject *module, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "sii", &path, &store.world, &store.rank) || nccl_bind())
         return NULL;
-    return PyBytes_FromStringAndSize(id.internal, sizeof id.internal);
+    if (strlen(path) >= sizeof store.path - 32)
+        return PyErr_Format(PyExc_ValueError, "store path too long");
+    strcpy(store.path, path);
+    store.pending = 1;
+    Py_RETURN_NONE;
 }
 
-/* _nccl_init(id, world, rank): the communicator of this rank on the current device; blocks
- * (without the GIL) until every rank has joined. */
-static PyObject *nccl_init(PyObject *module, PyObject *args) {
-    const char *bytes;
-    Py_ssize_t length;
-    int world, rank, code;
-    if (!PyArg_ParseTuple(args, "y#ii", &bytes, &length, &world, &rank) || nccl_bind())
-        return NULL;
-    if (length != sizeof(NcclId))
-        return PyErr_Format(PyExc_ValueError, "an NCCL unique id is %zu bytes", sizeof(NcclId));
+/* Rank 0 writes a new unique id to the store (a file, as torch's FileStore: written beside it,
+ * then renamed), every rank reads it (waiting for it as TCPStore's get does), then calls
+ * ncclCommInitRank, which returns once every rank has. Without the GIL; 0, or an NCCL code. */
+static int nccl_create(void) {
     NcclId id;
-    memcpy(id.internal, bytes, sizeof id.internal);
-    if (!nccl.buffer && check(cuda.malloc_(&nccl.buffer, 4), "cudaMalloc"))
-        return NULL;
+    int code;
+    if (store.rank == 0) {
+        char partial[sizeof store.path + 32];
+        snprintf(partial, sizeof partial, "%s.%d", store.path, (int)getpid());
+        if ((code = nccl.get_unique_id(&id)) != 0)
+            return code;
+        int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || write(fd, id.internal, sizeof id.internal) != (ssize_t)sizeof id.internal ||
+            close(fd) != 0 || rename(partial, store.path) != 0)
+            return 2; /* ncclSystemError */
+    }
+    for (;;) {
+        int fd = open(store.path, O_RDONLY);
+        if (fd >= 0) {
+            ssize_t got = read(fd, id.internal, sizeof id.internal);
+            close(fd);
+            if (got == (ssize_t)sizeof id.internal)
+                break;
+        }
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (!nccl.buffer && cuda.malloc_(&nccl.buffer, 4) != 0)
+        return 1; /* ncclUnhandledCudaError */
+    return nccl.init_rank(&nccl.comm, store.world, id, store.rank);
+}
+
+/* _nccl_connect(): creates the communicator if it is not yet (the first collective's call, or
+ * init_process_group's with a device_id); blocks until every rank has come. */
+static PyObject *nccl_connect(PyObject *module, PyObject *unused) {
+    int code;
+    if (!store.pending)
+        Py_RETURN_NONE;
     Py_BEGIN_ALLOW_THREADS
-    code = nccl.init_rank(&nccl.comm, world, id, rank);
+    code = nccl_create();
     Py_END_ALLOW_THREADS
     if (nccl_check(code, "ncclCommInitRank"))
         return NULL;
-    nccl.world = world;
+    store.pending = 0;
+    nccl.world = store.world;
     Py_RETURN_NONE;
 }
 
@@ -993,8 +1029,8 @@ static PyMethodDef module_methods[] = {
     {"_cuda_synchronize", cuda_synchronize, METH_NOARGS, NULL},
     {"_set_tensor_class", set_tensor_class, METH_O, NULL},
     {"_queue_end", queue_end, METH_NOARGS, NULL},
-    {"_nccl_unique_id", nccl_unique_id, METH_NOARGS, NULL},
-    {"_nccl_init", nccl_init, METH_VARARGS, NULL},
+    {"_nccl_setup", nccl_setup, METH_VARARGS, NULL},
+    {"_nccl_connect", nccl_connect, METH_NOARGS, NULL},
     {"_nccl_collective", nccl_collective_py, METH_VARARGS, NULL},
     {"_nccl_p2p", nccl_p2p_py, METH_VARARGS, NULL},
     {"_nccl_abort", nccl_abort, METH_NOARGS, NULL},

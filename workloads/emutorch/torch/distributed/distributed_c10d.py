@@ -4,10 +4,14 @@ guaranteed that the CUDA operation is completed"); the host meets the wait at it
 `barrier()` is the one that blocks the host: an all-reduce of one element, then a wait for the
 device, in this frame.
 
-The unique id travels through the file store `init_method` names (file://PATH), as
-torch's FileStore does: rank 0 writes it, the others read it."""
+As in PyTorch, the NCCL communicator is created at the first collective (ProcessGroupNCCL's
+getNCCLComm: rank 0's unique id through the store, then ncclCommInitRank, which returns once
+every rank has called it), unless `init_process_group` is given a `device_id` (then there).
+A rank that never reaches its first collective holds the others in that call, their hosts
+asleep inside NCCL and their GPUs idle. The unique id travels through the file store
+`init_method` names (file://PATH), as torch's FileStore does: rank 0 writes it, the others
+read it."""
 
-import os
 import time
 
 from .. import _C
@@ -69,25 +73,19 @@ def _watchdog(seconds):
     threading.Thread(target=watch, name="pt_nccl_watchdg", daemon=True).start()
 
 
-def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1, timeout=None, **kwargs):
-    """`timeout` (seconds, or a timedelta): when the watchdog aborts (None: never)."""
+def init_process_group(backend="nccl", init_method=None, rank=-1, world_size=-1, timeout=None, device_id=None, **kwargs):
+    """`timeout` (seconds, or a timedelta): when the watchdog aborts (None: never).
+    `device_id`: create the communicator now (PyTorch's eager init), not at the first
+    collective."""
     global _group
     if backend != "nccl":
         raise RuntimeError(f"backend {backend!r}: the emulated torch has NCCL only")
-    path = _store_path(init_method)
-    if rank == 0:
-        partial = f"{path}.{os.getpid()}"
-        with open(partial, "wb") as f:
-            f.write(_C._nccl_unique_id())
-        os.replace(partial, path)
-    while not os.path.exists(path):
-        time.sleep(0.01)
-    with open(path, "rb") as f:
-        unique_id = f.read()
-    _C._nccl_init(unique_id, world_size, rank)
+    _C._nccl_setup(_store_path(init_method), world_size, rank)
     _group = (rank, world_size)
     if timeout is not None:
         _watchdog(getattr(timeout, "total_seconds", lambda: timeout)())
+    if device_id is not None:
+        _C._nccl_connect()
 
 
 def destroy_process_group(group=None):
@@ -99,6 +97,7 @@ def destroy_process_group(group=None):
 
 
 def _collective(op, tensor, async_op):
+    _C._nccl_connect()
     _C._nccl_collective(op, tensor.nbytes)
     return _Work() if async_op else None
 
@@ -126,6 +125,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     collective. At most eight ranks here (the stub's batch holds sixteen transfers)."""
     if output_split_sizes is not None or input_split_sizes is not None:
         raise NotImplementedError("the emulated torch splits an all-to-all equally only")
+    _C._nccl_connect()
     ranks = get_world_size()
     share = input.nbytes // ranks
     transfers = []
@@ -138,6 +138,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 def send(tensor, dst, group=None, tag=0):
     """ProcessGroupNCCL's send: ncclSend on the current stream; wait() makes the stream wait for
     it, not the host."""
+    _C._nccl_connect()
     _C._nccl_p2p([(True, dst, tensor.nbytes)])
 
 
@@ -146,6 +147,7 @@ def recv(tensor, src=None, group=None, tag=0):
     ProcessGroupNCCL."""
     if src is None:
         raise RuntimeError("ProcessGroupNCCL does not support recvAnysource")
+    _C._nccl_connect()
     _C._nccl_p2p([(False, src, tensor.nbytes)])
     return src
 
@@ -169,6 +171,7 @@ class P2POp:
 
 def batch_isend_irecv(p2p_op_list):
     """The transfers in one NCCL group (one kernel): what pipeline schedules issue each step."""
+    _C._nccl_connect()
     _C._nccl_p2p([(op.op is isend, op.peer, op.tensor.nbytes) for op in p2p_op_list])
     return [_Work() for _ in p2p_op_list]
 
@@ -176,5 +179,6 @@ def batch_isend_irecv(p2p_op_list):
 def barrier(group=None, async_op=False, device_ids=None):
     """ProcessGroupNCCL::barrier: an all-reduce of one element on the current device, then a
     wait for it: the host blocks here until every rank has come."""
+    _C._nccl_connect()
     _C._nccl_collective(1, 4)
     _C._cuda_synchronize()

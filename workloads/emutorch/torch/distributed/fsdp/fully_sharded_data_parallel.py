@@ -3,7 +3,8 @@ Its units' parameters are sharded across the ranks: before a unit's forward its 
 all-gathered (from the forward pre-hook, on the calling thread), in backward all-gathered again
 and its gradients reduce-scattered (from autograd hooks, on the engine's thread). Each
 collective enqueues and returns, as NCCL does. Its `forward` is the model's compute under a
-frame of torch/distributed/: a frame that is not a collective."""
+frame of torch/distributed/: a frame that is not a collective. Its first forward's all-gather
+is the process group's first collective, where its communicator is created."""
 
 from ... import _C
 
@@ -17,4 +18,5 @@ class FullyShardedDataParallel:
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
+        _C._nccl_connect()
         return self.module(*args, **kwargs)

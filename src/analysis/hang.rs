@@ -32,7 +32,10 @@ pub type Stuck = Option<(f64, String)>;
 /// wait) and, where the driver reports it, no data crossing its PCIe link (a slow collective
 /// that moves gradients to the NIC is progress, however long it takes).
 pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
-    let hang = match in_driver(now, t).or_else(|| creating_communicator(now)) {
+    let observed = in_driver(now, t)
+        .or_else(|| creating_communicator(now))
+        .or_else(|| in_unseen_call(now, t));
+    let hang = match observed {
         Some(hang) => {
             *stuck = None;
             hang
@@ -110,29 +113,63 @@ fn creating_communicator(now: &GpuObservation) -> Option<Hang> {
     })
 }
 
-/// A thread of the main GPU process inside one CUDA driver wait since after it issued an NCCL
-/// collective (the probes time the wait from its entry), while the GPU is busy with its SMs
-/// nearly empty where GPM reads them, and no data crosses its PCIe link: the wait is for the
-/// collective's kernel, spinning for a peer. Observed without the stacks.
-fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
-    let wait = now.driver_wait?;
-    let op = wait.after?;
+/// The main GPU process has made not one call the probes saw since they were attached to its
+/// driver, while its GPU is busy with its SMs nearly empty where GPM reads them, no data
+/// crossing its PCIe link, and no other process works on it: it is stuck inside a call it
+/// began before (a rank's first collectives and the sync after them, within a second of its
+/// first allocation), waiting for a GPU that spins. A training process makes a probed call
+/// every step (a sync, a copy, a collective, a launch the launch windows count).
+fn in_unseen_call(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
+    let seconds = now.probes_silent?;
     let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
         && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
         && now
             .pcie_bytes_per_second
+            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)
+        && now.working_others.is_empty();
+    spinning.then(|| Hang {
+        seconds,
+        frame: "a CUDA or NCCL call begun before the probes were attached (none of the \
+                process's calls seen since; the GPU spinning: a collective waiting for a peer)"
+            .to_string(),
+        ..Hang::default()
+    })
+}
+
+/// A thread of the main GPU process inside one CUDA driver wait since after it issued an NCCL
+/// collective (the probes time the wait from its entry), while the GPU is busy with its SMs
+/// nearly empty where GPM reads them, and no data crosses its PCIe link: the wait is for the
+/// collective's kernel, spinning for a peer. Observed without the stacks. Where the probes saw
+/// no collective before the wait (it was issued before they were attached, within a second of
+/// the process's first allocation), only SMs read nearly empty tell a spin from compute.
+fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
+    let wait = now.driver_wait?;
+    let sm_empty = now.sm_activity.map(|s| s < SPIN_SM_ACTIVITY_MAX);
+    if wait.after.is_none() && sm_empty != Some(true) {
+        return None;
+    }
+    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+        && sm_empty != Some(false)
+        && now
+            .pcie_bytes_per_second
             .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
-    let what = if op.is_point_to_point() {
-        "NCCL point-to-point: a send waits for its peer's receive, a receive for its send"
-    } else {
-        "NCCL"
+    let frame = match wait.after {
+        Some(op) if op.is_point_to_point() => format!(
+            "{} (NCCL point-to-point: a send waits for its peer's receive, a receive for its \
+             send; the host waits inside the CUDA driver)",
+            op.name()
+        ),
+        Some(op) => format!(
+            "{} (NCCL; the host waits inside the CUDA driver)",
+            op.name()
+        ),
+        None => "an NCCL collective issued before the probes were attached (the host waits \
+                 inside the CUDA driver, the GPU spinning with its SMs nearly empty)"
+            .to_string(),
     };
     spinning.then(|| Hang {
         seconds: wait.seconds,
-        frame: format!(
-            "{} ({what}; the host waits inside the CUDA driver)",
-            op.name()
-        ),
+        frame,
         ..Hang::default()
     })
 }
@@ -225,5 +262,49 @@ mod tests {
             ..waiting
         };
         assert_eq!(track(&mut stuck, &working, 252.0, &t), None);
+    }
+
+    #[test]
+    fn a_wait_after_no_seen_collective_is_a_hang_only_where_the_sms_read_nearly_empty() {
+        let t = Thresholds::default();
+        let waiting = |sm: Option<f64>| GpuObservation {
+            driver_wait: Some(DriverWait {
+                seconds: 140.0,
+                after: None,
+            }),
+            sm_activity: sm,
+            busy: Some(1.0),
+            ..GpuObservation::default()
+        };
+        let hang = track(&mut None, &waiting(Some(0.05)), 200.0, &t).unwrap();
+        assert_eq!(hang.seconds, 140.0);
+        assert!(hang.frame.contains("before the probes were attached"));
+        // No GPM (an A100): a long sync on a busy GPU may be compute; SMs busy: it is.
+        assert_eq!(track(&mut None, &waiting(None), 200.0, &t), None);
+        assert_eq!(track(&mut None, &waiting(Some(0.6)), 200.0, &t), None);
+    }
+
+    #[test]
+    fn a_process_silent_since_its_probes_came_while_its_gpu_spins_is_hung() {
+        let t = Thresholds::default();
+        let silent = GpuObservation {
+            probes_silent: Some(130.0),
+            ..observed(1.0, 0.05)
+        };
+        let hang = track(&mut None, &silent, 200.0, &t).unwrap();
+        assert_eq!(hang.seconds, 130.0);
+        assert!(hang.frame.contains("before the probes were attached"));
+        // Silent beside another process's work (a job holding memory, another one working),
+        // or on an idle GPU (a process holding the device): no hang of its own.
+        let beside = GpuObservation {
+            working_others: vec!["pid 7 (python3)".into()],
+            ..silent.clone()
+        };
+        assert_eq!(track(&mut None, &beside, 200.0, &t), None);
+        let idle = GpuObservation {
+            probes_silent: Some(130.0),
+            ..observed(0.0, 0.0)
+        };
+        assert_eq!(track(&mut None, &idle, 200.0, &t), None);
     }
 }

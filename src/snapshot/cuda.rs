@@ -148,6 +148,10 @@ pub struct ProcessCuda {
     /// none is, or its call began before the probes were attached: an entry is seen only as
     /// it happens). It returns once every rank of the communicator has called it.
     pub creating_communicator_seconds: Option<f64>,
+    /// How long its driver has been probed without one call from it seen, in seconds (`None`
+    /// once one was). A process stuck inside a call it began before the probes were attached
+    /// (a rank's first sync, within a second of its first allocation) shows none at all.
+    pub silent_seconds: Option<f64>,
     /// The last NCCL collective it issued, and how many seconds before the read (`None`:
     /// none since its probes were attached).
     pub last_collective: Option<(Collective, f64)>,

@@ -74,6 +74,9 @@ figures! {
         /// How long a thread of the main GPU process has been inside NCCL's creation of a
         /// communicator, in seconds (the CUDA probes; `None` where none is, or unprobed).
         creating_communicator: Option<f64>,
+        /// How long the main GPU process's driver has been probed without one call of it seen,
+        /// in seconds (`None` once one was, or unprobed).
+        probes_silent: Option<f64>,
         /// Independent jobs among the processes on the GPU (`None` when some process's owner
         /// is unknown).
         independent_jobs: Option<u32>,

@@ -1,6 +1,7 @@
 //! The maps the probes' programs fill, and their reading.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use super::bpf::Map;
 use super::readings::{decode, Reading};
@@ -81,4 +82,43 @@ pub fn read_map(map: &Map, keep: Option<&HashSet<u32>>) -> Reading {
         }
     }
     reading
+}
+
+/// Per process whose driver is probed, the threads that called it, waited in it, or wait in
+/// it now (a first wait has no count yet): those a stack sample's question looks up.
+pub fn threads_calling(
+    probed: &HashSet<u32>,
+    counts: &Reading,
+    waits: &Reading,
+    inside: &[(u32, u32)],
+) -> HashMap<u32, Vec<u32>> {
+    let mut callers: HashMap<u32, Vec<u32>> = probed.iter().map(|&pid| (pid, Vec::new())).collect();
+    let called = counts
+        .keys()
+        .chain(waits.keys())
+        .map(|&(pid, tid, _)| (pid, tid));
+    for (pid, tid) in called.chain(inside.iter().copied()) {
+        if let Some(threads) = callers.get_mut(&pid) {
+            threads.push(tid);
+        }
+    }
+    for threads in callers.values_mut() {
+        threads.sort_unstable();
+        threads.dedup();
+    }
+    callers
+}
+
+/// Per process, when its earliest open creation of an NCCL communicator began. Kept for
+/// processes NVML does not list yet (a rank calls ncclCommInitRank within milliseconds of its
+/// first allocation, before a tick lists it: deleting those, as the other maps' are, would
+/// lose the call for good); deleted once the process is gone.
+pub fn communicators_being_created(map: &Map, procfs: &Path) -> HashMap<u32, u64> {
+    let (began, threads) = per_process_and_threads(map, None, u64::min);
+    for (pid, tid) in threads {
+        if !procfs.join(pid.to_string()).exists() {
+            map.delete(&((u64::from(pid) << 32) | u64::from(tid)).to_ne_bytes());
+        }
+    }
+    began
 }

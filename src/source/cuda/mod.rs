@@ -50,7 +50,10 @@ use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
 use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
-use self::maps::{per_process, per_process_and_threads, read_map, Maps};
+use self::maps::{
+    communicators_being_created, per_process, per_process_and_threads, read_map, threads_calling,
+    Maps,
+};
 use self::peers::send_peers;
 use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
 use self::programs::Measured;
@@ -224,20 +227,6 @@ fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
     })
 }
 
-/// Per process, when its earliest open creation of an NCCL communicator began. Kept for
-/// processes NVML does not list yet (a rank calls ncclCommInitRank within milliseconds of its
-/// first allocation, before a tick lists it: deleting those, as the other maps' are, would
-/// lose the call for good); deleted once the process is gone.
-fn communicators_being_created(map: &Map, procfs: &Path) -> HashMap<u32, u64> {
-    let (began, threads) = maps::per_process_and_threads(map, None, u64::min);
-    for (pid, tid) in threads {
-        if !procfs.join(pid.to_string()).exists() {
-            map.delete(&((u64::from(pid) << 32) | u64::from(tid)).to_ne_bytes());
-        }
-    }
-    began
-}
-
 /// Why the probes cannot run, worded for the log.
 fn refusal(error: &io::Error) -> String {
     if error.kind() == io::ErrorKind::PermissionDenied {
@@ -279,6 +268,8 @@ pub struct CudaSource {
     collectives_seen: HashMap<u32, CollectivesSeen>,
     /// Each process's recent marked calls and its step.
     steps: Steps,
+    /// Per process whose driver is probed: since when, and whether a call of it has been seen.
+    heard: HashMap<u32, (Duration, bool)>,
 }
 
 impl CudaSource {
@@ -320,6 +311,7 @@ impl CudaSource {
             launches: HashMap::new(),
             collectives_seen: HashMap::new(),
             steps: Steps::default(),
+            heard: HashMap::new(),
         }
     }
 
@@ -441,31 +433,6 @@ impl CudaSource {
     }
 }
 
-/// Per process whose driver is probed, the threads that called it, waited in it, or wait in
-/// it now (a first wait has no count yet): those a stack sample's question looks up.
-fn threads_calling(
-    probed: &HashSet<u32>,
-    counts: &Reading,
-    waits: &Reading,
-    inside: &[(u32, u32)],
-) -> HashMap<u32, Vec<u32>> {
-    let mut callers: HashMap<u32, Vec<u32>> = probed.iter().map(|&pid| (pid, Vec::new())).collect();
-    let called = counts
-        .keys()
-        .chain(waits.keys())
-        .map(|&(pid, tid, _)| (pid, tid));
-    for (pid, tid) in called.chain(inside.iter().copied()) {
-        if let Some(threads) = callers.get_mut(&pid) {
-            threads.push(tid);
-        }
-    }
-    for threads in callers.values_mut() {
-        threads.sort_unstable();
-        threads.dedup();
-    }
-    callers
-}
-
 /// What the launch rates of the next window are measured against.
 struct LaunchBaseline {
     counts: Reading,
@@ -510,11 +477,16 @@ impl Source for CudaSource {
         let counts = read_map(&maps.counts, Some(&keep));
         let waits = read_map(&maps.waits, Some(&keep));
         let (waits_began, inside) = per_process_and_threads(&maps.starts, Some(&keep), u64::min);
+        let creating = communicators_being_created(&maps.communicator_starts, &self.procfs);
         let callers = threads_calling(&probed, &counts, &waits, &inside);
+        self.heard.retain(|pid, _| callers.contains_key(pid));
+        for (&pid, threads) in &callers {
+            let heard = self.heard.entry(pid).or_insert((now, false));
+            heard.1 |= !threads.is_empty() || creating.contains_key(&pid);
+        }
         *self.probed.lock().unwrap_or_else(|p| p.into_inner()) = callers;
         // A launch open when its window closed stays in the map: those of exited processes go.
         per_process(&maps.launch_starts, Some(&keep), u64::min);
-        let creating = communicators_being_created(&maps.communicator_starts, &self.procfs);
         self.count_launches(&counts, now, &keep);
         let before = self
             .previous
@@ -522,8 +494,11 @@ impl Source for CudaSource {
             .map(|(c, w, at)| (c, w, now.saturating_sub(*at).as_secs_f64()));
         snapshot.cuda = fold(&counts, &waits, before, &self.launch_rates, &self.launches);
         // A process whose first NCCL call creates its communicator may have counted nothing
-        // else yet (its first collective waits behind that call).
-        for &pid in creating.keys().filter(|pid| keep.contains(pid)) {
+        // else yet (its first collective waits behind that call), nor one stuck in a call it
+        // began before the probes were attached.
+        let silent = self.heard.iter().filter(|(_, (_, heard))| !heard);
+        let uncounted = creating.keys().chain(silent.map(|(pid, _)| pid));
+        for &pid in uncounted.filter(|pid| keep.contains(pid)) {
             if !snapshot.cuda.iter().any(|p| p.pid == pid) {
                 snapshot.cuda.push(crate::snapshot::ProcessCuda {
                     pid,
@@ -574,6 +549,11 @@ impl Source for CudaSource {
             let since = |began: &u64| now_ns.saturating_sub(*began) as f64 / 1e9;
             process.waiting_seconds = waits_began.get(&process.pid).map(since);
             process.creating_communicator_seconds = creating.get(&process.pid).map(since);
+            process.silent_seconds = self
+                .heard
+                .get(&process.pid)
+                .filter(|(_, heard)| !heard)
+                .map(|(probed, _)| now.saturating_sub(*probed).as_secs_f64());
             let queue = self.queues.get(&process.pid);
             process.launch_queue_full = queue.map(|q| q.held);
             process.queue_busy = queue.and_then(|q| q.busy);

@@ -36,6 +36,11 @@ struct Probed {
 }
 
 fn probed(script: &str) -> Probed {
+    probed_with(script, "")
+}
+
+/// [`probed`], with `config` after the exporter's sources (an `analysis:` section).
+fn probed_with(script: &str, config: &str) -> Probed {
     let timelines = TempDir::new("timelines");
     let scenario = Scenario::new(&format!(
         "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
@@ -45,7 +50,7 @@ fn probed(script: &str) -> Probed {
     // within the wait's 10 s even on a loaded machine (at 2 s one did not, once, in CI).
     let exporter = scenario.start(
         &common::fake_nvml(false),
-        "  cuda: {launch_windows_every: 1s}\n",
+        &format!("  cuda: {{launch_windows_every: 1s}}\n{config}"),
     );
     let workloads = common::repo_root().join("workloads");
     let script = format!("import sys\nsys.path.insert(0, {workloads:?})\n{script}");
@@ -334,34 +339,15 @@ fn a_rank_waiting_in_ncclcomminitrank_for_a_peer_that_never_comes_is_hung() {
     // blocks (NCCL's bootstrap waits for every rank), the host asleep and the GPU idle. The
     // process loads its model for two seconds first, as a job does between its context and its
     // first collective: the probes see a call from its entry.
-    let timelines = TempDir::new("timelines");
-    let scenario = Scenario::new(&format!(
-        "devices:\n  - uuid: GPU-emulated\n    timeline: {}\n",
-        timelines.path().join("gpu0.timeline").display()
-    ));
-    let exporter = scenario.start(
-        &common::fake_nvml(false),
-        "  cuda: {launch_windows_every: 1s}\nanalysis:\n  window: 4s\n  min_duration: 1s\n  hang_after: 3s\n",
-    );
-    let workloads = common::repo_root().join("workloads");
-    let script = format!(
-        "import sys\nsys.path.insert(0, {workloads:?})\n\
-         import ctypes, os, time, emugpu\ngpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
+    let Probed { exporter, pid, .. } = &probed_with(
+        "import ctypes, os, time, emugpu\ngpu = emugpu.open_gpu(0)\ngpu.launch(0.0001)\n\
          class UniqueId(ctypes.Structure):\n    _fields_ = [('internal', ctypes.c_char * 128)]\n\
          nccl = ctypes.CDLL(os.path.join(emugpu._libraries(), 'libnccl.so.2'))\n\
          nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]\n\
          uid, comm = UniqueId(), ctypes.c_void_p()\nassert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0\n\
-         time.sleep(2)\nnccl.ncclCommInitRank(ctypes.byref(comm), 2, uid, 0)\n"
+         time.sleep(2)\nnccl.ncclCommInitRank(ctypes.byref(comm), 2, uid, 0)\n",
+        "analysis:\n  window: 4s\n  min_duration: 1s\n  hang_after: 3s\n",
     );
-    let workload = Reaped(
-        Command::new("python3")
-            .args(["-c", &script])
-            .env("EMUGPU_DIR", timelines.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("python3"),
-    );
-    let pid = workload.0.id().to_string();
     let labels = [("pid", pid.as_str())];
     if !may_probe() {
         let page = exporter.metrics_when(|p| {

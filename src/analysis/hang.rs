@@ -121,12 +121,7 @@ fn creating_communicator(now: &GpuObservation) -> Option<Hang> {
 /// every step (a sync, a copy, a collective, a launch the launch windows count).
 fn in_unseen_call(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
     let seconds = now.probes_silent?;
-    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-        && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
-        && now
-            .pcie_bytes_per_second
-            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)
-        && now.working_others.is_empty();
+    let spinning = gpu_spins(now, t) && now.working_others.is_empty();
     spinning.then(|| Hang {
         seconds,
         frame: "a CUDA or NCCL call begun before the probes were attached (none of the \
@@ -144,11 +139,7 @@ fn in_unseen_call(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
 fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
     let wait = now.driver_wait?;
     let op = wait.after?;
-    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-        && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
-        && now
-            .pcie_bytes_per_second
-            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
+    let spinning = gpu_spins(now, t);
     let what = if op.is_point_to_point() {
         "NCCL point-to-point: a send waits for its peer's receive, a receive for its send"
     } else {
@@ -162,6 +153,16 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
         ),
         ..Hang::default()
     })
+}
+
+/// The GPU as an NCCL kernel waiting for a peer keeps it: busy, its SMs nearly empty where
+/// GPM reads them, no data crossing its PCIe link.
+fn gpu_spins(now: &GpuObservation, t: &Thresholds) -> bool {
+    now.busy.is_some_and(|b| b >= t.gpu_busy_above)
+        && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
+        && now
+            .pcie_bytes_per_second
+            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from procstats import cpu_seconds, free_port, get, memory_mib
+from procstats import cpu_seconds, cpu_seconds_by_thread, free_port, get, memory_mib
 from procstats import wait_for_url as wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -133,6 +133,7 @@ def measure(name, command, env, path, seconds, durations_only=False):
         time.sleep(5)  # first discovery, warm-up
         durations = {}
         cpu_before, wall_before = cpu_seconds(process.pid), time.monotonic()
+        threads_before = cpu_seconds_by_thread(process.pid)
         next_scrape = wall_before
         last_tick = None
         end = wall_before + seconds
@@ -151,8 +152,10 @@ def measure(name, command, env, path, seconds, durations_only=False):
                     whole = re.search(r"^gpu_exporter_sample_duration_seconds (\S+)$", self_page, re.M).group(1)
                     durations.setdefault("whole tick", []).append(float(whole) * 1000)
             time.sleep(1)
-        cpu = (cpu_seconds(process.pid) - cpu_before) / (time.monotonic() - wall_before)
-        return {"name": name, "cpu": cpu * 100, "rss": memory_mib(process.pid, "VmHWM"),
+        wall = time.monotonic() - wall_before
+        cpu = (cpu_seconds(process.pid) - cpu_before) / wall
+        threads = {n: (s - threads_before.get(n, 0.0)) / wall * 100 for n, s in cpu_seconds_by_thread(process.pid).items()}
+        return {"name": name, "cpu": cpu * 100, "by_thread": threads, "rss": memory_mib(process.pid, "VmHWM"),
                 "bytes": len(page.encode()), "series": series(page), "durations": durations}
     finally:
         process.terminate()
@@ -170,6 +173,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--shapes", default="training,idle")
     parser.add_argument("--only-exporter", action="store_true", help="skip the peers")
+    parser.add_argument("--variants", default="", help="this exporter's configurations to run, by position in VARIANTS (0,2): all by default")
     args = parser.parse_args()
     exporter = os.path.abspath(args.exporter)
     library = os.path.join(os.path.dirname(exporter), "libfake_nvml.so")
@@ -190,7 +194,8 @@ def main():
                 scenario = os.path.join(work, "scenario.yaml")
                 write_scenario(scenario, ranks)
                 targets = []
-                for variant, stacks, cuda, culprits, tick in VARIANTS:
+                chosen = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
+                for variant, stacks, cuda, culprits, tick in chosen:
                     config = os.path.join(work, f"config-{stacks}-{cuda}-{culprits}-{tick}.yaml")
                     with open(config, "w") as f:
                         f.write(f"sample_interval: {tick}\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n"
@@ -229,6 +234,13 @@ def main():
             print(f"{shape:<34}{r['name']:<26}{r['error']:>16}")
             continue
         print(f"{shape:<34}{r['name']:<26}{r['cpu']:>16.2f}{r['rss']:>14.1f}{r['bytes'] / 1024:>10.1f}{r['series']:>8}")
+    # Where this exporter's CPU goes, by thread name (threads that end every tick, such as
+    # the per-GPU NVML readers, are in "the rest").
+    for r in rows:
+        if r["name"].startswith("gpu-bottleneck-exporter") and "by_thread" in r:
+            named = sorted(((cpu, n) for n, cpu in r["by_thread"].items() if cpu >= 0.005), reverse=True)
+            parts = ", ".join(f"{n} {cpu:.2f}" for cpu, n in named)
+            print(f"  {r['name']} by thread (% of a core): {parts}, the rest {r['cpu'] - sum(r['by_thread'].values()):.2f}")
     for shape, durations in tick_tables:
         print(f"\nthis exporter, {shape} ranks: per-source duration of a tick")
         print(f"{'source':<12}{'ticks':>7}{'mean ms':>10}{'p95 ms':>10}{'max ms':>10}")

@@ -157,10 +157,12 @@ python3 workloads/run.py --fast --strict --exporter target/debug/gpu-bottleneck-
 # One after the other: the two "nodes" share this host's CPUs, and each run's ranks and
 # exporters load them; run at once on a slow CI machine, the straggler's loader waited for a
 # CPU that the other run held (read as contention, as it was) and node-1 never read data_cpu.
-step "one job on two nodes: GPUJobStraggler on the straggler's node only; with node-1's InfiniBand port at 10 Gb/s, both GPUs communication and node-1 names its port"
+step "one job on two nodes: GPUJobStraggler on the straggler's node only; with node-1's InfiniBand port at 10 Gb/s, both GPUs communication and node-1 names its port; no hang alert while rank 0 preprocesses on the other node"
 python3 workloads/two_nodes.py --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
 python3 workloads/two_nodes.py --slow-link --exporter target/debug/gpu-bottleneck-exporter \
+  --nvml-library target/debug/libfake_nvml.so
+python3 workloads/two_nodes.py --startup-wait --exporter target/debug/gpu-bottleneck-exporter \
   --nvml-library target/debug/libfake_nvml.so
 
 step "random training loops: the exporter's lost-time split against the ground truth the loops record"

@@ -20,7 +20,14 @@ node's sysfs a copy of the host's with its own HCA, the stub NCCL moving the dat
 rank's port's rate and counting it there). Asserts both GPUs communication, node-1's naming its
 slow port, node-0's not, and no straggler alert (every rank waits for the same wire).
 
-Usage: workloads/two_nodes.py [--slow-link] [--exporter BIN] [--nvml-library LIB] [--seconds N]
+With --startup-wait, the job is communication_ddp_rank0_preprocess: rank 0 prepares its
+dataset on its host for 40 s while rank 1 waits for it at its first collective (in NCCL's
+creation of the communicator). node-1's exporter cannot see rank 0 and reads its GPU hung
+after hang_after; node-0's serves its rank as working (gpu_rank_working 1). Asserts node-1 read
+hung long enough for the alerts' `for:`, and that neither GPUCollectiveHang nor GPUJobHung
+fired: the rules hold them while a rank of the job works.
+
+Usage: workloads/two_nodes.py [--slow-link | --startup-wait] [--exporter BIN] [--nvml-library LIB] [--seconds N]
 """
 import argparse
 import importlib
@@ -51,6 +58,9 @@ HELD_SHARE = 0.8
 # What each node's exporter must name for the slow link (SlowLink's detail), and each node's
 # port: (signalling rate, what `rate` reads).
 SLOW_LINK_DETAIL = "mlx5_0 port 1 runs at 10 Gb/s"
+# Seconds node-1 must read hung in the startup wait for the check to mean anything: the
+# shortened rules' `for:` (3 s) and a scrape and an evaluation (1 s each), twice over.
+HANG_HELD_MIN = 10
 PORTS = {0: "200 Gb/sec (4X HDR)", 1: "10 Gb/sec (4X SDR)"}
 
 
@@ -134,15 +144,78 @@ def remove_cgroup(path):
         pass
 
 
+def watch_startup(ports, prometheus_port, seconds, work):
+    """Each second until rank 0 has arrived (node-1 read hung, then no longer) or `seconds`:
+    each node's verdict, node-0's gpu_rank_working and the hang alerts in any state, written to
+    progress.jsonl. What was seen: seconds node-1 read hung, of them with node-0 working, and
+    the hang alerts seen pending or firing."""
+    seen = {"hung": 0, "hung_with_working": 0, "alerts": set(), "took": 0.0}
+    started = time.monotonic()
+    verdicts, working = {}, None
+    with open(os.path.join(work, "progress.jsonl"), "w") as progress:
+        while time.monotonic() - started < seconds:
+            time.sleep(1)
+            for gpu, port in ports.items():
+                try:
+                    answer = run.diagnosis(port)
+                    verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
+                    # Each node's answers in full, for the logs.
+                    with open(os.path.join(work, f"node-{gpu}", "diagnosis.jsonl"), "a") as f:
+                        f.write(json.dumps(answer) + "\n")
+                except OSError:
+                    pass
+            try:
+                working = {m.get("node"): v for m, v in query(prometheus_port, "gpu_rank_working")}.get("node-0")
+                alerts = query(prometheus_port, 'ALERTS{alertname=~"GPUCollectiveHang|GPUJobHung"}')
+            except OSError:
+                continue
+            seen["alerts"] |= {f"{m['alertname']} {m['alertstate']}" for m, _ in alerts}
+            if verdicts.get(1) == "hung":
+                seen["hung"] += 1
+                seen["hung_with_working"] += working == 1
+            progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "working": working,
+                                       "alerts": [m for m, _ in alerts]}) + "\n")
+            progress.flush()
+            if seen["hung"] and verdicts.get(1) != "hung":
+                break
+    seen["took"] = time.monotonic() - started
+    return seen
+
+
+def report_startup(seen, work):
+    """The startup wait's table and verdict: node-1 must have read hung long enough for the
+    alerts' shortened `for:` (HANG_HELD_MIN), node-0's rank working meanwhile, and no hang
+    alert in any state."""
+    print("| seconds node-1 read hung | of them node-0's rank working | hang alerts seen |")
+    print("|---|---|---|")
+    print(f"| {seen['hung']} | {seen['hung_with_working']} | {', '.join(sorted(seen['alerts'])) or '-'} |")
+    print(f"two nodes, startup wait: {seen['took']:.0f} s; logs in {work}")
+    problems = []
+    if seen["hung"] < HANG_HELD_MIN:
+        problems.append(f"node-1 read hung for {seen['hung']} s, fewer than {HANG_HELD_MIN}: the alerts had no chance to fire")
+    if seen["hung_with_working"] < seen["hung"] - 2:
+        problems.append(f"node-0's rank was working in only {seen['hung_with_working']} of those seconds")
+    if seen["alerts"]:
+        problems.append(f"hang alerts while rank 0 worked: {sorted(seen['alerts'])}")
+    if problems:
+        sys.exit("two nodes: " + "; ".join(problems))
+    print("two nodes: no hang alert while rank 0 preprocesses on the other node")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exporter", default=os.path.join(ROOT, "target/release/gpu-bottleneck-exporter"))
     parser.add_argument("--nvml-library", default=os.path.join(ROOT, "target/release/libfake_nvml.so"))
     parser.add_argument("--seconds", type=float, default=90, help="the longest to wait for the alert")
     parser.add_argument("--slow-link", action="store_true", help="the job whose node-1 has a slow InfiniBand port")
+    parser.add_argument("--startup-wait", action="store_true", help="the job whose rank 0 preprocesses before its first collective")
     args = parser.parse_args()
-    workload = "communication_slow_ib_link" if args.slow_link else "communication_ddp_straggler"
-    expect = {0: "communication", 1: "communication"} if args.slow_link else {0: "communication", 1: "data_cpu"}
+    if args.startup_wait:
+        workload, expect = "communication_ddp_rank0_preprocess", {0: "working", 1: "hung"}
+    elif args.slow_link:
+        workload, expect = "communication_slow_ib_link", {0: "communication", 1: "communication"}
+    else:
+        workload, expect = "communication_ddp_straggler", {0: "communication", 1: "data_cpu"}
     if os.geteuid() != 0 or not shutil.which("prometheus"):
         print("two nodes: skipped (needs root for the job's cgroup, and prometheus)")
         return
@@ -198,59 +271,65 @@ def main():
             env=env, stdout=open(os.path.join(work, "workload.log"), "w"), stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=enter_job)
         processes.append(workload)
-        started = time.monotonic()
-        progress = open(os.path.join(work, "progress.jsonl"), "w")
-        firing, verdicts, score, seen_elsewhere, named, causes = [], {}, {}, set(), {}, {}
-        # Once it fires as expected, it is watched a while longer: node-0 must not follow.
-        settled_at = None
-        held, judged = [], None
-        while time.monotonic() - started < args.seconds and (settled_at is None or time.monotonic() - settled_at < HOLD_S):
-            time.sleep(1)
-            for gpu, port in ports.items():
+        if args.startup_wait:
+            startup = watch_startup(ports, prometheus_port, args.seconds, work)
+        else:
+            started = time.monotonic()
+            progress = open(os.path.join(work, "progress.jsonl"), "w")
+            firing, verdicts, score, seen_elsewhere, named, causes = [], {}, {}, set(), {}, {}
+            # Once it fires as expected, it is watched a while longer: node-0 must not follow.
+            settled_at = None
+            held, judged = [], None
+            while time.monotonic() - started < args.seconds and (settled_at is None or time.monotonic() - settled_at < HOLD_S):
+                time.sleep(1)
+                for gpu, port in ports.items():
+                    try:
+                        answer = run.diagnosis(port)
+                        # The latest answer in full, for the logs.
+                        with open(os.path.join(work, f"node-{gpu}", "diagnosis.json"), "w") as f:
+                            json.dump(answer, f, indent=1)
+                        verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
+                        named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
+                        lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}
+                        causes[gpu] = {cause: round(share, 3) for cause, share in lost.items() if share}
+                    except OSError:
+                        pass
                 try:
-                    answer = run.diagnosis(port)
-                    # The latest answer in full, for the logs.
-                    with open(os.path.join(work, f"node-{gpu}", "diagnosis.json"), "w") as f:
-                        json.dump(answer, f, indent=1)
-                    verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
-                    named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
-                    lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}
-                    causes[gpu] = {cause: round(share, 3) for cause, share in lost.items() if share}
+                    firing = query(prometheus_port, 'ALERTS{alertname="GPUJobStraggler",alertstate="firing"}')
+                    score = {m.get("node"): v for m, v in query(prometheus_port, "gpu:job_straggler_score:ratio")}
                 except OSError:
-                    pass
-            try:
-                firing = query(prometheus_port, 'ALERTS{alertname="GPUJobStraggler",alertstate="firing"}')
-                score = {m.get("node"): v for m, v in query(prometheus_port, "gpu:job_straggler_score:ratio")}
-            except OSError:
-                continue
-            seen_elsewhere |= {m.get("node") for m, _ in firing if m.get("node") != STRAGGLER_NODE}
-            progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "causes": causes, "score": score,
-                                       "firing": [m for m, _ in firing]}) + "\n")
-            progress.flush()
-            # Done once each node's verdict is its rank's and the alert fired on the straggler
-            # with its own verdict (with the slow link: node-1 names its port).
-            expected = all(verdicts.get(g) == v for g, v in expect.items())
-            if args.slow_link:
-                expected = expected and named.get(1)
-            else:
-                expected = expected and any(m.get("node") == STRAGGLER_NODE and m.get("verdict") == expect[1] for m, _ in firing)
-            if settled_at is None and expected:
-                settled_at = time.monotonic()
-            # Judged on the hold: a near tie may flip the straggler's own cause for a reading
-            # or two under load (its alert resolves with it); most of the hold must be right.
-            if settled_at is not None:
-                held.append(bool(expected))
-                if expected:
-                    judged = (dict(verdicts), list(firing), dict(named))
-        took = time.monotonic() - started
-        if held and sum(held) >= HELD_SHARE * len(held):
-            verdicts, firing, named = judged
+                    continue
+                seen_elsewhere |= {m.get("node") for m, _ in firing if m.get("node") != STRAGGLER_NODE}
+                progress.write(json.dumps({"at": time.monotonic() - started, "verdicts": verdicts, "causes": causes, "score": score,
+                                           "firing": [m for m, _ in firing]}) + "\n")
+                progress.flush()
+                # Done once each node's verdict is its rank's and the alert fired on the straggler
+                # with its own verdict (with the slow link: node-1 names its port).
+                expected = all(verdicts.get(g) == v for g, v in expect.items())
+                if args.slow_link:
+                    expected = expected and named.get(1)
+                else:
+                    expected = expected and any(m.get("node") == STRAGGLER_NODE and m.get("verdict") == expect[1] for m, _ in firing)
+                if settled_at is None and expected:
+                    settled_at = time.monotonic()
+                # Judged on the hold: a near tie may flip the straggler's own cause for a reading
+                # or two under load (its alert resolves with it); most of the hold must be right.
+                if settled_at is not None:
+                    held.append(bool(expected))
+                    if expected:
+                        judged = (dict(verdicts), list(firing), dict(named))
+            took = time.monotonic() - started
+            if held and sum(held) >= HELD_SHARE * len(held):
+                verdicts, firing, named = judged
     finally:
         prometheus.terminate()
         for process in reversed(processes):
             run.stop(process)
         prometheus.wait()
         remove_cgroup(cgroup)
+    if args.startup_wait:
+        report_startup(startup, work)
+        return
     spun = {gpu: truth_communication(timelines, gpu) for gpu in expect}
     print("| node | GPU's verdict | expected | communication | truth: communication | names the slow port | straggler score | GPUJobStraggler |")
     print("|---|---|---|---|---|---|---|---|")

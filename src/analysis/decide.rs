@@ -95,6 +95,7 @@ pub fn decide(
         primary,
         figures,
         lost,
+        working: now.working.is_some() && hang.is_none(),
         hang,
         behind_ranks: None,
     }

@@ -139,6 +139,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 working_jobs: work.as_ref().and_then(|w| w.jobs),
                 working_others: work.as_ref().map(|w| w.others.clone()).unwrap_or_default(),
                 main_work_share: work.as_ref().and_then(|w| w.main_share),
+                working: None,
                 working_peer: None,
                 main_pid: main.map(|p| p.pid),
                 ras: main.and_then(|p| snapshot.ras.iter().find(|r| r.pid == p.pid).cloned()),

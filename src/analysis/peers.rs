@@ -117,41 +117,48 @@ pub const SPIN_SM_ACTIVITY_MAX: f64 = 0.25;
 /// the host (serializing a checkpoint, evaluating), rather than sleeping in a wait.
 const WORKING_THREAD_MIN: f64 = 0.5;
 
-/// Each GPU of a group of ranks gets the first other rank of its group that works now:
-/// its GPU computing (SMs past a spin's), or its busiest thread on a CPU while it waits in
-/// no collective (its thread in no driver wait begun after a collective, its recent stack
-/// samples not all in one). A rank that waits for such a peer waits for its work; one whose
-/// peers all wait or sleep (a rank that never comes) may be hung.
+/// Each GPU whose main process works now is marked so ([`works`]), and each GPU of a group of
+/// ranks gets the first other rank of its group that works. A rank that waits for such a peer
+/// waits for its work; one whose peers all wait or sleep (a rank that never comes) may be
+/// hung. Ranks on other nodes are compared by the fleet's rules, from each GPU's
+/// `gpu_rank_working`.
 pub fn mark_working_peers(observations: &mut [GpuObservation]) {
-    let working: Vec<Option<String>> = observations
-        .iter()
-        .map(|o| {
-            let computing = o.busy.is_some_and(|b| b > 0.0)
-                && o.sm_activity.is_some_and(|s| s >= SPIN_SM_ACTIVITY_MAX);
-            let waiting = o.driver_wait.is_some_and(|w| w.after.is_some())
-                || o.stacks.as_ref().is_some_and(|s| {
-                    s.recent_samples > 0 && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
-                });
-            let on_cpu = !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
-            let what = if computing {
-                "its GPU computing"
-            } else {
-                "busy on the host"
-            };
-            (computing || on_cpu).then(|| {
-                let process = o.main_process.as_deref().unwrap_or("its process");
-                format!("GPU {}'s rank ({process}), {what}", o.index)
-            })
-        })
-        .collect();
+    for o in observations.iter_mut() {
+        o.working = works(o);
+    }
     for i in 0..observations.len() {
         let Some(group) = observations[i].ranks.clone() else {
             continue;
         };
         observations[i].working_peer = (0..observations.len())
             .filter(|&j| j != i && observations[j].ranks.as_ref() == Some(&group))
-            .find_map(|j| working[j].clone());
+            .find_map(|j| observations[j].working.clone());
     }
+}
+
+/// What the GPU's main process does, described, where it works now: its GPU computing (SMs
+/// past a spin's), or its busiest thread on a CPU while it waits in no collective (its thread
+/// in no driver wait begun after a collective, its recent stack samples not all in one).
+fn works(o: &GpuObservation) -> Option<String> {
+    if o.processes == Some(0) {
+        return None;
+    }
+    let computing =
+        o.busy.is_some_and(|b| b > 0.0) && o.sm_activity.is_some_and(|s| s >= SPIN_SM_ACTIVITY_MAX);
+    let waiting = o.driver_wait.is_some_and(|w| w.after.is_some())
+        || o.stacks.as_ref().is_some_and(|s| {
+            s.recent_samples > 0 && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
+        });
+    let on_cpu = !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
+    let what = if computing {
+        "its GPU computing"
+    } else {
+        "busy on the host"
+    };
+    (computing || on_cpu).then(|| {
+        let process = o.main_process.as_deref().unwrap_or("its process");
+        format!("GPU {}'s rank ({process}), {what}", o.index)
+    })
 }
 
 /// What one rank's window says of its own work, for comparing it with its peers.
@@ -211,6 +218,7 @@ mod tests {
             Some("GPU 0's rank (pid 100 (python3)), busy on the host")
         );
         assert_eq!(ranks[0].working_peer, None, "its peer waits");
+        assert!(ranks[0].working.is_some() && ranks[1].working.is_none());
         // Both wait (a rank elsewhere never came), or the peer sleeps (never comes): nobody
         // works; a peer computing on its GPU does.
         let mut waiting = vec![rank(0, 0.95, true), rank(1, 0.02, true)];

@@ -18,6 +18,7 @@ pub(super) fn verdict_families(
     let mut lost_time = Family::new(&LOST_TIME);
     let mut hang = Family::new(&HANG);
     let mut hang_ranks = Family::new(&HANG_RANKS);
+    let mut working = Family::new(&RANK_WORKING);
     let mut straggler = Family::new(&STRAGGLER);
     for verdict in verdicts {
         let index = verdict.index.to_string();
@@ -34,6 +35,7 @@ pub(super) fn verdict_families(
             }
         }
         hang.add(&base, verdict.hang.as_ref().map_or(0.0, |h| h.seconds));
+        working.add(&base, flag(verdict.working));
         if let Some(peers) = verdict.hang.as_ref().and_then(|h| h.peers.as_ref()) {
             if peers.answered {
                 hang_ranks.add(&with("missing"), f64::from(peers.missing_ranks));
@@ -75,6 +77,6 @@ pub(super) fn verdict_families(
         }
     }
     out.extend([
-        active, score, unknown, primary, lost_time, hang, hang_ranks, straggler,
+        active, score, unknown, primary, lost_time, hang, working, hang_ranks, straggler,
     ]);
 }

@@ -94,8 +94,11 @@ figures! {
         working_others: Vec<String>,
         /// The main process's share of the GPU's work (its SM samples over all processes').
         main_work_share: Option<f64>,
-        /// A rank of its group on this node that is working, not waiting in a collective (its
-        /// main process's busiest thread on a CPU, or its GPU computing), described.
+        /// What the main process does where it works now, not waiting in a collective (its
+        /// busiest thread on a CPU, or its GPU computing), described; `None` while it waits
+        /// or sleeps.
+        working: Option<String>,
+        /// A rank of its group on this node that is working (its `working`), described.
         working_peer: Option<String>,
         /// The main GPU process (`None`: no process on the GPU).
         main_pid: Option<u32>,

@@ -430,6 +430,10 @@ pub struct GpuVerdict {
     /// Share of its job's step this GPU's rank costs against the fastest rank of its group on
     /// this node (0 for that rank; `None` alone, or while a rank's split is unknown).
     pub behind_ranks: Option<f64>,
+    /// Whether the GPU's main process works now (its GPU computing, or its busiest thread on
+    /// a CPU outside any collective) with no hang tracked on it: what a rank waiting for it on
+    /// another node waits for (the fleet's rules read it; on one node `Hang::waiting_for`).
+    pub working: bool,
 }
 
 /// A main thread sitting in one collective while its GPU spins.

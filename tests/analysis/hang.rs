@@ -175,6 +175,34 @@ fn a_rank_waiting_for_a_peer_that_works_on_this_node_is_not_hung() {
     assert_eq!(alone.primary, Primary::Hung);
 }
 
+/// What another node's rank waits for: `gpu_rank_working` is 1 for a rank that works (here
+/// on the host: rank 0 preprocessing its dataset) and 0 for one tracked in a collective, even
+/// one whose thread spins on a CPU, so the fleet's rules hold a hang alert only while a rank
+/// of the job truly works.
+#[test]
+fn a_working_rank_is_served_as_such_and_a_tracked_hang_never_is() {
+    let working = "GPU 0's rank (pid 4242 (python3)), busy on the host".to_string();
+    let preprocessing = run(60, |_| GpuObservation {
+        working: Some(working.clone()),
+        ..healthy("GPU-a")
+    });
+    let stuck = run(60, |_| GpuObservation {
+        working: Some(working.clone()),
+        ..in_collective(1.0, 1.0)
+    });
+    assert!(preprocessing.working && preprocessing.hang.is_none());
+    assert!(stuck.hang.is_some() && !stuck.working);
+    for (verdict, served) in [(preprocessing, 1.0), (stuck, 0.0)] {
+        let snapshot = gpu_bottleneck_exporter::snapshot::Snapshot {
+            verdicts: vec![verdict],
+            ..Default::default()
+        };
+        let (text, _) = crate::common::render_pinned(&snapshot);
+        let f = crate::common::exposition::parse(&text, false).unwrap();
+        assert_eq!(value(&f, "gpu_rank_working", &[("gpu", "0")]), Some(served));
+    }
+}
+
 /// With NCCL's RAS service answered for the hung process: the rank that never reached the
 /// collective is named in the report, and the ranks by state are on /metrics.
 #[test]

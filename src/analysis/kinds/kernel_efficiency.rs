@@ -91,6 +91,7 @@ mod tests {
             lost: None,
             hang: None,
             behind_ranks: None,
+            working: false,
         }
     }
 

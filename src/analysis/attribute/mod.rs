@@ -65,7 +65,7 @@ pub use busy::main_work_share;
 use super::{Basis, Cause, KindScore, LostTime, WindowFigures};
 use crate::config::Thresholds;
 use crate::snapshot::ProcessStacks;
-use crate::snapshot::{PerCause, Reason};
+use crate::snapshot::{Activity, PerCause, Reason};
 
 /// The split of one GPU's window; `None` while its busy fraction is unknown (and no stacks
 /// show it). `inferred` are the counter rules' scores, used where the stacks cannot decide.
@@ -173,13 +173,22 @@ fn add(lost: &mut LostTime, cause: Cause, share: f64) {
 }
 
 /// The share of the job's wait for a CPU that others cause: the wait beyond what the job's
-/// own demand would make on its CPUs alone. Its threads want `own + waiting` cores (the time
-/// they ran and waited runnable); on its `job_cpus` alone they would wait only for what exceeds
-/// those, and the rest of the wait is what others' processes added, at most the cores they
-/// hold. A job that wants no more CPUs than it has would not have waited at all: every wait is
-/// others'. None while the job's threads get a CPU when they want one (fewer than
-/// `cpu_wait_high` waiting on average: a job that is itself idle never loses its observation
-/// to the node's background); all of it under CPU-quota throttling.
+/// own demand would make on its CPUs alone. Its threads want the cores they ran (`own_cpu`)
+/// and those they waited for while they had work of their own: the workers' every wait (a
+/// worker behind its loop always has a batch to make), the loop threads' only in the share
+/// of the main thread's samples in its own Python, where the stacks tell (a loop thread woken
+/// from its wait for the loader or the GPU waits for a CPU only because others hold them: it
+/// has no work of its own to queue). On its `job_cpus` alone the job would wait only for what
+/// that demand exceeds, and the rest of its wanted wait is what others' processes added, at
+/// most the cores they hold. A job that wants no more CPUs than it has would not have waited
+/// at all: every wait is others'. That demand counts threads runnable because they are
+/// behind, which others' processes made them: where even the job's CPU work at the pace its
+/// GPU could keep (its CPU share over the GPU's busy share: the most it would want alone)
+/// fits its CPUs, its waits are split by who holds the CPUs, others' share of the busy ones
+/// (a starved loader's workers behind hogs, each runnable all the time). None while the
+/// job's threads get a CPU when they want one (fewer than `cpu_wait_high` waiting on average:
+/// a job that is itself idle never loses its observation to the node's background); all of it
+/// under CPU-quota throttling.
 fn cpu_wait_caused_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
     if w.cgroup_throttled
         .is_some_and(|c| c >= t.cgroup_throttled_high)
@@ -189,10 +198,20 @@ fn cpu_wait_caused_by_others(w: &WindowFigures, t: &Thresholds) -> f64 {
     let Some(waiting) = w.cpu_wait.filter(|q| *q >= t.cpu_wait_high) else {
         return 0.0;
     };
+    let loop_wait = w.loop_cpu_wait.unwrap_or(0.0).clamp(0.0, waiting);
+    let loop_working = observed_stacks(w, t).map_or(1.0, |s| s.share(Activity::Python));
+    let wanted = waiting - loop_wait * (1.0 - loop_working);
     match (w.own_cpu, w.other_cpu, w.job_cpus) {
-        (Some(own), Some(other), Some(cpus)) if cpus > 0.0 => {
-            let alone = (own * cpus + waiting - cpus).max(0.0);
-            ((waiting - alone).min(other * cpus) / waiting).clamp(0.0, 1.0)
+        (Some(own), Some(other), Some(cpus)) if cpus > 0.0 && wanted > 0.0 => {
+            let alone = (own * cpus + wanted - cpus).max(0.0);
+            let beyond_alone = (wanted - alone).min(other * cpus) / wanted;
+            let fits_alone = w.busy.is_some_and(|busy| own < busy) && own + other > 0.0;
+            let held_by_others = if fits_alone {
+                other / (own + other)
+            } else {
+                0.0
+            };
+            beyond_alone.max(held_by_others).clamp(0.0, 1.0)
         }
         // Without the job's CPUs, others' share of the busy ones.
         (Some(own), Some(other), _) if own + other > 0.0 => other / (own + other),

@@ -8,7 +8,18 @@
 //! CPUs, steal, placement across NUMA nodes. The busiest processes outside the job are named
 //! beside it. Its cost is the busy time other processes' work took, plus the idle time the
 //! job's CPU side (the loop's Python, the loader's workers) spent waiting for a CPU beyond
-//! what its own threads would have made it wait on its CPUs alone.
+//! what its own threads would have made it wait on its CPUs alone. What the job would want
+//! alone is the cores it ran plus the waits of threads with work of their own: every
+//! worker's (a worker behind its loop always has a batch to make), the loop threads' only in
+//! the share of samples the main thread runs its own Python (a thread woken from its wait for
+//! the loader or the GPU waits only because the CPUs are taken). Threads runnable because
+//! they are behind make that demand look larger than it is, and hogs are what put them
+//! behind: where even the job's CPU work at the pace its GPU could keep (its share of its
+//! CPUs over the GPU's busy share) fits its CPUs, its waits are split by who holds the CPUs
+//! (others' share of the busy ones). `contention_ddp_straggler`'s rank 1 (two workers behind
+//! hogs on one CPU) read data_cpu 0.21 against contention 0.16 before (the truth: contention
+//! 0.30, data_cpu 0.12); now contention 0.42 against data_cpu 0.17 (the truth that run: 0.42
+//! and 0.20).
 //!
 //! Near misses: the job's own processes time-sharing one GPU are contention with their own
 //! advice (one rank per GPU); a helper holding a context (a worker that touched CUDA, a

@@ -118,6 +118,7 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                     .zip(device.pcie.rx_bytes_per_second)
                     .map(|(tx, rx)| tx + rx),
                 creating_communicator: main_cuda.and_then(|c| c.creating_communicator_seconds),
+                probed: main_cuda.is_some(),
                 probes_silent: main_cuda.and_then(|c| c.silent_seconds),
                 driver_wait: main_cuda.and_then(|c| c.driver_wait()),
                 step: main_cuda.and_then(|c| c.step),

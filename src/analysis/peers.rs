@@ -138,7 +138,9 @@ pub fn mark_working_peers(observations: &mut [GpuObservation]) {
 
 /// What the GPU's main process does, described, where it works now: its GPU computing (SMs
 /// past a spin's), or its busiest thread on a CPU while it waits in no collective (its thread
-/// in no driver wait begun after a collective, its recent stack samples not all in one).
+/// in no driver wait begun after a collective, its recent stack samples not all in one), where
+/// the stacks or the probes watch it: unwatched, a thread spinning in a CUDA wait (the default
+/// wait mode) holds a core just as one that works.
 fn works(o: &GpuObservation) -> Option<String> {
     if o.processes == Some(0) {
         return None;
@@ -149,7 +151,8 @@ fn works(o: &GpuObservation) -> Option<String> {
         || o.stacks.as_ref().is_some_and(|s| {
             s.recent_samples > 0 && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
         });
-    let on_cpu = !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
+    let watched = o.stacks.is_some() || o.probed;
+    let on_cpu = watched && !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
     let what = if computing {
         "its GPU computing"
     } else {
@@ -200,6 +203,7 @@ mod tests {
             sm_activity: Some(0.06),
             busiest_thread: Some(thread),
             main_process: Some(format!("pid {} (python3)", 100 + index)),
+            probed: true,
             driver_wait: waits.then_some(DriverWait {
                 seconds: 30.0,
                 after: Some(crate::snapshot::Collective::AllReduce),
@@ -235,6 +239,11 @@ mod tests {
             .as_deref()
             .unwrap()
             .ends_with("its GPU computing"));
+        // Unwatched (no stacks, no probes), a thread on a CPU may be spinning in a CUDA wait.
+        let mut unwatched = vec![rank(0, 0.95, false), rank(1, 0.02, true)];
+        unwatched[0].probed = false;
+        mark_working_peers(&mut unwatched);
+        assert_eq!(unwatched[1].working_peer, None);
         // Another job's GPU is nobody's peer.
         let mut apart = vec![rank(0, 0.95, false), rank(1, 0.02, true)];
         apart[0].ranks = Some("launcher:2".into());

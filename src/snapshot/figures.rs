@@ -74,6 +74,8 @@ figures! {
         /// How long a thread of the main GPU process has been inside NCCL's creation of a
         /// communicator, in seconds (the CUDA probes; `None` where none is, or unprobed).
         creating_communicator: Option<f64>,
+        /// Whether the CUDA probes watch the main GPU process's driver.
+        probed: bool,
         /// How long the main GPU process's driver has been probed without one call of it seen,
         /// in seconds (`None` once one was, or unprobed).
         probes_silent: Option<f64>,

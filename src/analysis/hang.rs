@@ -62,10 +62,8 @@ pub fn track(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -
 /// creating its communicator at the first collective, or a host-side collective, waits for a
 /// rank; the probes name the former where they saw the call begin).
 fn in_frame(stuck: &mut Stuck, now: &GpuObservation, at: f64, t: &Thresholds) -> Option<Hang> {
-    let spinning = now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-        && now
-            .pcie_bytes_per_second
-            .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX);
+    // The SMs are not asked: the stacks already place the thread in the collective.
+    let spinning = busy_without_transfers(now, t);
     let host_side = now.busy.is_some_and(|b| b < IDLE_BUSY) && now.driver_wait.is_none();
     let held = now.stacks.as_ref().filter(|s| {
         s.recent_samples >= RECENT_SAMPLES_MIN
@@ -158,8 +156,12 @@ fn in_driver(now: &GpuObservation, t: &Thresholds) -> Option<Hang> {
 /// The GPU as an NCCL kernel waiting for a peer keeps it: busy, its SMs nearly empty where
 /// GPM reads them, no data crossing its PCIe link.
 fn gpu_spins(now: &GpuObservation, t: &Thresholds) -> bool {
+    busy_without_transfers(now, t) && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
+}
+
+/// The GPU busy with no data crossing its PCIe link (where the link's counters answer).
+fn busy_without_transfers(now: &GpuObservation, t: &Thresholds) -> bool {
     now.busy.is_some_and(|b| b >= t.gpu_busy_above)
-        && now.sm_activity.is_none_or(|s| s < SPIN_SM_ACTIVITY_MAX)
         && now
             .pcie_bytes_per_second
             .is_none_or(|bytes| bytes < HANG_PCIE_BYTES_MAX)

@@ -140,7 +140,8 @@ pub fn mark_working_peers(observations: &mut [GpuObservation]) {
 /// past a spin's), or its busiest thread on a CPU while it waits in no collective (its thread
 /// in no driver wait begun after a collective, its recent stack samples not all in one), where
 /// the stacks or the probes watch it: unwatched, a thread spinning in a CUDA wait (the default
-/// wait mode) holds a core just as one that works.
+/// wait mode) holds a core just as one that works. Probes that have seen none of the process's
+/// calls do not watch it: it may spin in a call begun before they were attached.
 fn works(o: &GpuObservation) -> Option<String> {
     if o.processes == Some(0) {
         return None;
@@ -151,7 +152,7 @@ fn works(o: &GpuObservation) -> Option<String> {
         || o.stacks.as_ref().is_some_and(|s| {
             s.recent_samples > 0 && s.recent_shares[Activity::Collective] >= 1.0 - 1e-9
         });
-    let watched = o.stacks.is_some() || o.probed;
+    let watched = o.stacks.is_some() || (o.probed && o.probes_silent.is_none());
     let on_cpu = watched && !waiting && o.busiest_thread.is_some_and(|b| b >= WORKING_THREAD_MIN);
     let what = if computing {
         "its GPU computing"
@@ -244,6 +245,16 @@ mod tests {
         unwatched[0].probed = false;
         mark_working_peers(&mut unwatched);
         assert_eq!(unwatched[1].working_peer, None);
+        // Probed but silent since attached: both ranks spin in collectives begun before the
+        // probes came, each thread on a core; neither is the other's working peer.
+        let mut silent = vec![rank(0, 0.97, false), rank(1, 0.98, false)];
+        for o in &mut silent {
+            o.probes_silent = Some(130.0);
+        }
+        mark_working_peers(&mut silent);
+        assert!(silent
+            .iter()
+            .all(|o| o.working_peer.is_none() && o.working.is_none()));
         // Another job's GPU is nobody's peer.
         let mut apart = vec![rank(0, 0.95, false), rank(1, 0.02, true)];
         apart[0].ranks = Some("launcher:2".into());

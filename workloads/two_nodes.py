@@ -291,9 +291,9 @@ def main():
                 for gpu, port in ports.items():
                     try:
                         answer = run.diagnosis(port)
-                        # The latest answer in full, for the logs.
-                        with open(os.path.join(work, f"node-{gpu}", "diagnosis.json"), "w") as f:
-                            json.dump(answer, f, indent=1)
+                        # Each node's answers in full, for the logs.
+                        with open(os.path.join(work, f"node-{gpu}", "diagnosis.jsonl"), "a") as f:
+                            f.write(json.dumps(answer) + "\n")
                         verdicts[gpu] = answer["gpus"][0]["primary"] if answer["gpus"] else "none"
                         named[gpu] = SLOW_LINK_DETAIL in json.dumps(answer["gpus"])
                         lost = (answer["gpus"][0].get("lost_time") or {}).get("causes", {}) if answer["gpus"] else {}

@@ -36,9 +36,20 @@ use crate::snapshot::{Activity, FrameShare, PerActivity, ProcessStacks, QueuedSp
 /// privilege.
 pub const STACKS_SIGNAL: &str = "python_stacks";
 
-/// How long a process that could not be attached is left alone before the next try (a
-/// process may load its interpreter late, or be granted access).
+/// How long a process that could not be attached is left alone before the next try: twice as
+/// long after each failure, from `RETRY_FIRST` up to `RETRY_AFTER` (a process may load its
+/// interpreter late, an attach may fail on a process still starting or on a loaded host, or it
+/// may be granted access). With one 60 s wait from the first failure, a rank that failed once
+/// as it started went unobserved for a minute (a two-node run had no stacks for one rank).
+const RETRY_FIRST: Duration = Duration::from_secs(2);
 const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The wait before the next try after `failures` failed attaches (1 or more).
+fn retry_after(failures: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1 << failures.saturating_sub(1).min(6))
+        .min(RETRY_AFTER)
+}
 
 /// Source lines kept for the `.item()` test of C-method calls.
 const LINE_CACHE: usize = 4096;
@@ -88,8 +99,9 @@ struct Sampler {
     /// Per process, the thread that drives its GPU where it is not the main one.
     followed: HashMap<u32, u32>,
     watched: HashMap<u32, Watched>,
-    /// Processes not to try again before the given time, and whether access was refused.
-    passed_over: HashMap<u32, (Instant, bool)>,
+    /// Processes not to try again before the given time, whether access was refused, and how
+    /// many attaches have failed.
+    passed_over: HashMap<u32, (Instant, bool, u32)>,
     /// Source text of (file as the process sees it, line), through `/proc/<pid>/root`.
     lines: HashMap<(String, i32), Option<String>>,
     /// The CUDA probes' view of which threads are inside a driver wait, when they run.
@@ -196,7 +208,7 @@ impl Sampler {
                 if self
                     .passed_over
                     .get(&pid)
-                    .is_some_and(|(until, _)| now < *until)
+                    .is_some_and(|(until, ..)| now < *until)
                 {
                     continue;
                 }
@@ -207,7 +219,9 @@ impl Sampler {
                         self.watched.insert(pid, Watched { spy, samples });
                     }
                     Err(denied) => {
-                        self.passed_over.insert(pid, (now + RETRY_AFTER, denied));
+                        let failures = self.passed_over.get(&pid).map_or(0, |p| p.2) + 1;
+                        let until = now + retry_after(failures);
+                        self.passed_over.insert(pid, (until, denied, failures));
                         continue;
                     }
                 }
@@ -437,7 +451,7 @@ impl Source for StacksSource {
         let refused = sampler
             .passed_over
             .values()
-            .filter(|(_, denied)| *denied)
+            .filter(|(_, denied, _)| *denied)
             .count();
         let recent = Instant::now()
             .checked_sub(RECENT)
@@ -478,6 +492,13 @@ mod tests {
             gpu_queued: None,
             frame: Some((function.into(), format!("/job/train.py:{at}"))),
         }
+    }
+
+    #[test]
+    fn a_failed_attach_is_tried_again_soon_then_ever_less_often() {
+        let waits: Vec<u64> = (1..=8).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_after(u32::MAX), RETRY_AFTER);
     }
 
     #[test]

@@ -292,7 +292,12 @@ def train(spec, args):
         rank.start()
     for rank in ranks:
         rank.join()
-    return 0
+    # torchrun's elastic agent reports a rank that died (a signal, an exit status), and so
+    # does this: a rank that vanished silently once read as an idle GPU.
+    died = [f"{rank.name} exited {rank.exitcode}" for rank in ranks if rank.exitcode]
+    if died:
+        print("torch_loop: " + "; ".join(died), file=sys.stderr, flush=True)
+    return 1 if died else 0
 
 
 def arrive_late(spec):

@@ -1,11 +1,24 @@
 //! The maps the probes' programs fill, and their reading.
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::path::Path;
 
 use super::bpf::Map;
 use super::readings::{decode, Reading};
 use super::ring::Ring;
+
+/// Entries each counting map holds: (process, thread, probe) keys of the GPU processes.
+const MAP_ENTRIES: u32 = 16384;
+
+/// Entries each per-thread map holds (a thread inside a wait or a held launch now): a node's
+/// GPU processes have a few driving threads each. Smaller than the counting maps because a
+/// tick walks them and a walk visits every bucket (16,384 buckets: some 25 µs).
+const THREAD_ENTRIES: u32 = 4096;
+
+/// Bytes of the marks' ring: 16384 marks of 32 bytes, several seconds of a collective-heavy
+/// node's calls (a full ring drops marks until the next read, which only thins the cadence).
+const MARKS_RING_BYTES: u32 = 1 << 19;
 
 /// The maps the programs fill (programs.rs gives their layout).
 pub struct Maps {
@@ -28,6 +41,27 @@ pub struct Maps {
     /// `None` where the kernel has no BPF ring buffer (before Linux 5.8): no step timing,
     /// the rest of the probes as before.
     pub marks: Option<Ring>,
+}
+
+impl Maps {
+    /// Creates every map (BPF's `map_create`: CAP_BPF, or root's capabilities).
+    pub fn create() -> io::Result<Maps> {
+        Ok(Maps {
+            counts: Map::hash(16, 16, MAP_ENTRIES)?,
+            starts: Map::hash(8, 16, THREAD_ENTRIES)?,
+            launch_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
+            held_first: Map::hash(8, 8, THREAD_ENTRIES)?,
+            held_last: Map::hash(8, 8, THREAD_ENTRIES)?,
+            communicator_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
+            waits: Map::hash(16, 16, MAP_ENTRIES)?,
+            window_open: Map::hash(4, 8, 1)?,
+            marks: Ring::new(MARKS_RING_BYTES)
+                .inspect_err(|e| {
+                    tracing::warn!("cuda probes: no BPF ring buffer ({e}): steps not timed")
+                })
+                .ok(),
+        })
+    }
 }
 
 /// Per process, of the times (ns) its threads have in a map keyed by `pid_tgid` whose values

@@ -24,6 +24,7 @@
 //! only waits are timed, and in the windows the launches that waited for room in the
 //! driver's launch queue (a GPU that far behind works while its loop's line reads Python).
 
+mod attacher;
 mod backlog;
 pub mod bpf;
 mod cadence;
@@ -45,8 +46,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::attacher::{refusal, Attacher, Library, LibraryKey};
 use self::backlog::{backlog_busy, queued_spans, BACKLOG_WINDOW_NS};
-use self::bpf::{monotonic_ns, Attached, Map, Program, UprobePmu};
+use self::bpf::{monotonic_ns, UprobePmu};
 use self::cadence::{per_step, Call};
 use self::issued::{last_collective, CollectivesSeen};
 use self::libraries::{is_driver, probed_libraries, MappedLibrary};
@@ -55,35 +57,16 @@ use self::maps::{
     Maps,
 };
 use self::peers::send_peers;
-use self::probes::{is_transfer, role, Counted, PROBES, RETURN_MARK};
-use self::programs::Measured;
+use self::probes::{is_transfer, role, Counted, PROBES};
 pub use self::readings::{fold, launches_between};
 use self::readings::{QueueSeen, Reading};
-use self::ring::Ring;
 use self::steps::Steps;
-use self::windows::{start_launch_windows, LaunchWindows, Windowed};
+use self::windows::{start_launch_windows, LaunchWindows};
 use super::{Source, SourceError};
-use crate::snapshot::{Collective, DriverView, Snapshot};
+use crate::snapshot::{DriverView, Snapshot};
 
 /// The signal `gpu_exporter_signal_supported` reports when the probes are refused.
 pub const CUDA_SIGNAL: &str = "cuda_probes";
-
-/// Entries each counting map holds: (process, thread, probe) keys of the GPU processes.
-const MAP_ENTRIES: u32 = 16384;
-
-/// Entries each per-thread map holds (a thread inside a wait or a held launch now): a node's
-/// GPU processes have a few driving threads each. Smaller than the counting maps because a
-/// tick walks them and a walk visits every bucket (16,384 buckets: some 25 µs).
-const THREAD_ENTRIES: u32 = 4096;
-
-/// A kernel launch that took this long waited for room in the launch queue: an unqueued
-/// launch returns in microseconds (a few on bare metal, with the probes' traps some 30 on
-/// this project's VM), a full queue holds it until a kernel ends.
-const QUEUE_WAIT_MIN_NS: i32 = 100_000;
-
-/// Bytes of the marks' ring: 16384 marks of 32 bytes, several seconds of a collective-heavy
-/// node's calls (a full ring drops marks until the next read, which only thins the cadence).
-const MARKS_RING_BYTES: u32 = 1 << 19;
 
 /// Whether a thread is inside a CUDA driver wait now: what a stack sample asks, so that a
 /// sample taken there is a GPU sync whatever the Python line reads.
@@ -116,135 +99,15 @@ impl WaitsNow {
     }
 }
 
-/// The probes on one driver file; dropping it detaches them.
-struct Library {
-    _attached: Vec<Attached>,
-    launches: Vec<Arc<Windowed>>,
-}
-
-/// Attaches every probe the driver at `path` has: waits, copies and graph launches for good,
-/// kernel launches left to the [`LaunchWindows`] thread.
-fn attach(pmu: UprobePmu, maps: &Maps, path: &Path) -> io::Result<Library> {
-    let bytes = std::fs::read(path)?;
-    let symbols: Vec<&str> = PROBES.iter().map(|p| p.symbol).collect();
-    let offsets = elf::offsets(&bytes, &symbols).map_err(io::Error::other)?;
-    let mut attached = Vec::new();
-    let mut launches = Vec::new();
-    let load = |code: Vec<bpf::Insn>| Program::load(&code).map(Arc::new);
-    for (number, (probe, offset)) in PROBES.iter().zip(offsets).enumerate() {
-        let Some(offset) = offset else { continue };
-        let number = number as u32;
-        match probe.counted {
-            Some(Counted::Launch) => launches.push(Arc::new(Windowed {
-                path: path.to_path_buf(),
-                offset,
-                count: load(programs::count(
-                    maps.counts.fd(),
-                    number,
-                    Measured::Nothing,
-                    Some(maps.window_open.fd()),
-                ))?,
-                timing: [
-                    load(programs::wait_entry(
-                        maps.launch_starts.fd(),
-                        number,
-                        true,
-                        Some(maps.window_open.fd()),
-                    ))?,
-                    load(programs::wait_exit(
-                        maps.launch_starts.fd(),
-                        maps.waits.fd(),
-                        number,
-                        QUEUE_WAIT_MIN_NS,
-                        Some((maps.held_first.fd(), maps.held_last.fd())),
-                    ))?,
-                ],
-            })),
-            Some(counted) => {
-                let measured = match counted {
-                    Counted::ToDevice | Counted::ToHost => Measured::Third,
-                    Counted::Collective(Collective::Send | Collective::Recv) => {
-                        Measured::SecondByThird
-                    }
-                    Counted::Collective(_) => Measured::ThirdByFourth,
-                    _ => Measured::Nothing,
-                };
-                let program = load(programs::count(maps.counts.fd(), number, measured, None))?;
-                attached.push(Attached::new(pmu, path, offset, false, program)?);
-            }
-            None => {}
-        }
-        if probe.creates_communicator {
-            let starts = maps.communicator_starts.fd();
-            let entry = load(programs::wait_entry(starts, number, false, None))?;
-            attached.push(Attached::new(pmu, path, offset, false, entry)?);
-            let exit = load(programs::wait_exit(
-                starts,
-                maps.waits.fd(),
-                number,
-                0,
-                None,
-            ))?;
-            attached.push(Attached::new(pmu, path, offset, true, exit)?);
-            continue;
-        }
-        // Every call but a kernel launch marks the loop's cadence (where the ring is).
-        if let Some(ring) = maps
-            .marks
-            .as_ref()
-            .filter(|_| probe.counted != Some(Counted::Launch))
-        {
-            let send = probe.counted == Some(Counted::Collective(Collective::Send));
-            let mark = load(programs::mark(ring.fd(), number, send))?;
-            attached.push(Attached::new(pmu, path, offset, false, mark)?);
-        }
-        if probe.wait.is_some() {
-            let entry = load(programs::wait_entry(maps.starts.fd(), number, false, None))?;
-            attached.push(Attached::new(pmu, path, offset, false, entry)?);
-            let exit = load(programs::wait_exit(
-                maps.starts.fd(),
-                maps.waits.fd(),
-                number,
-                0,
-                None,
-            ))?;
-            attached.push(Attached::new(pmu, path, offset, true, exit)?);
-            // Its return marks too (when the queue drained: backlog.rs), on the same trap.
-            if let Some(ring) = maps.marks.as_ref() {
-                let mark = load(programs::mark(ring.fd(), number | RETURN_MARK, false))?;
-                attached.push(Attached::new(pmu, path, offset, true, mark)?);
-            }
-        }
-    }
-    if attached.is_empty() && launches.is_empty() {
-        return Err(io::Error::other(
-            "none of the probed entry points is exported",
-        ));
-    }
-    Ok(Library {
-        _attached: attached,
-        launches,
-    })
-}
-
-/// Why the probes cannot run, worded for the log.
-fn refusal(error: &io::Error) -> String {
-    if error.kind() == io::ErrorKind::PermissionDenied {
-        "BPF or perf_event refused: the probes need CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); \
-         as shipped, the Helm value `cudaProbes` and deploy/kubernetes grant them"
-            .to_string()
-    } else {
-        format!("uprobes unavailable: {error}")
-    }
-}
-
 /// The source: driver files attached once each, the maps read every tick.
 pub struct CudaSource {
     procfs: PathBuf,
     setup: Result<(Arc<Maps>, UprobePmu), String>,
+    /// Attaches and detaches off the tick (where the probes can run).
+    attacher: Option<Attacher>,
     /// Per probed file, driver or NCCL (device, inode): its probes, or why it could not be
     /// probed.
-    libraries: HashMap<(String, u64), Result<Library, String>>,
+    libraries: HashMap<LibraryKey, Result<Library, String>>,
     /// The driver and NCCL files each GPU process maps, read from its maps once: a process
     /// NVML lists holds a context, so its driver is mapped by then, and NCCL with PyTorch (a
     /// rank's maps run to thousands of lines: not re-read every tick).
@@ -275,30 +138,23 @@ pub struct CudaSource {
 impl CudaSource {
     pub fn new(procfs: PathBuf, sysfs: &Path, launch_windows_every: Duration) -> CudaSource {
         let setup = (|| {
-            let maps = Maps {
-                counts: Map::hash(16, 16, MAP_ENTRIES)?,
-                starts: Map::hash(8, 16, THREAD_ENTRIES)?,
-                launch_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
-                held_first: Map::hash(8, 8, THREAD_ENTRIES)?,
-                held_last: Map::hash(8, 8, THREAD_ENTRIES)?,
-                communicator_starts: Map::hash(8, 16, THREAD_ENTRIES)?,
-                waits: Map::hash(16, 16, MAP_ENTRIES)?,
-                window_open: Map::hash(4, 8, 1)?,
-                marks: Ring::new(MARKS_RING_BYTES)
-                    .inspect_err(|e| {
-                        tracing::warn!("cuda probes: no BPF ring buffer ({e}): steps not timed")
-                    })
-                    .ok(),
-            };
-            Ok((Arc::new(maps), UprobePmu::find(sysfs)?))
+            let maps = Maps::create()?;
+            let (maps, pmu) = (Arc::new(maps), UprobePmu::find(sysfs)?);
+            let attacher = Attacher::start(pmu, maps.clone())?;
+            Ok(((maps, pmu), attacher))
         })()
         .map_err(|e: io::Error| refusal(&e));
         if let Err(why) = &setup {
             tracing::warn!("cuda probes: {why}");
         }
+        let (setup, attacher) = match setup {
+            Ok((setup, attacher)) => (Ok(setup), Some(attacher)),
+            Err(why) => (Err(why), None),
+        };
         CudaSource {
             procfs,
             setup,
+            attacher,
             libraries: HashMap::new(),
             libraries_of: HashMap::new(),
             probed: Arc::default(),
@@ -357,14 +213,11 @@ impl CudaSource {
         });
     }
 
-    /// Attaches the driver files the GPU processes map that are not attached yet, and lets
-    /// go of those none maps any more; the processes whose driver is probed.
-    fn track_libraries(
-        &mut self,
-        pmu: UprobePmu,
-        maps: &Maps,
-        pids: &BTreeSet<u32>,
-    ) -> HashSet<u32> {
+    /// Asks for the driver files the GPU processes map to be attached (what was attached
+    /// since the last tick joins them), and lets go of those none maps any more; the processes
+    /// whose driver is probed.
+    fn track_libraries(&mut self, attacher: &mut Attacher, pids: &BTreeSet<u32>) -> HashSet<u32> {
+        self.libraries.extend(attacher.answered());
         let mut mapped = HashSet::new();
         let mut probed = HashSet::new();
         self.libraries_of.retain(|pid, _| pids.contains(pid));
@@ -376,23 +229,14 @@ impl CudaSource {
                 };
                 self.libraries_of.insert(pid, probed_libraries(&text));
             }
-            for library in self.libraries_of[&pid].clone() {
+            for library in &self.libraries_of[&pid] {
                 let key = (library.device.clone(), library.inode);
                 if !self.libraries.contains_key(&key) {
                     let path = self
                         .procfs
                         .join(format!("{pid}/root"))
                         .join(library.path.trim_start_matches('/'));
-                    let probes = attach(pmu, maps, &path).map_err(|e| refusal(&e));
-                    match &probes {
-                        Ok(_) => {
-                            tracing::info!(pid, library = %library.path, "cuda probes attached")
-                        }
-                        Err(why) => {
-                            tracing::warn!(pid, library = %library.path, "cuda probes: {why}")
-                        }
-                    }
-                    self.libraries.insert(key.clone(), probes);
+                    attacher.request(&key, path, pid, &library.path);
                 }
                 // Whether a thread waits in the driver is known where the driver is probed.
                 if is_driver(&library.path) && self.libraries.get(&key).is_some_and(Result::is_ok) {
@@ -401,24 +245,18 @@ impl CudaSource {
                 mapped.insert(key);
             }
         }
-        // Detaching a probe waits for the kernel's uprobe bookkeeping (an RCU grace period
-        // each, tens of milliseconds on a loaded machine): done on a thread of its own, so
-        // that a process's exit does not hold up the tick.
-        let stale: Vec<(String, u64)> = self
+        let stale: Vec<LibraryKey> = self
             .libraries
             .keys()
             .filter(|key| !mapped.contains(*key))
             .cloned()
             .collect();
-        let gone: Vec<Result<Library, String>> = stale
-            .iter()
-            .filter_map(|key| self.libraries.remove(key))
-            .collect();
-        if !gone.is_empty() {
-            let _ = std::thread::Builder::new()
-                .name("cuda-detach".into())
-                .spawn(move || drop(gone));
-        }
+        attacher.detach(
+            stale
+                .iter()
+                .filter_map(|key| self.libraries.remove(key))
+                .collect(),
+        );
         let targets = self
             .libraries
             .values()
@@ -459,7 +297,12 @@ impl Source for CudaSource {
             }
         };
         let pids = snapshot.gpu_pids();
-        let probed = self.track_libraries(pmu, &maps, &pids);
+        let mut attacher = self
+            .attacher
+            .take()
+            .expect("an attacher wherever the setup is");
+        let probed = self.track_libraries(&mut attacher, &pids);
+        self.attacher = Some(attacher);
         if self.launch_baseline.is_none() {
             start_launch_windows(
                 pmu,

@@ -89,6 +89,16 @@ struct Watched {
     samples: VecDeque<Sample>,
 }
 
+/// A process whose attach failed.
+struct PassedOver {
+    /// Not tried again before this.
+    until: Instant,
+    /// Whether access was refused (counted as such in the self-metrics), not another failure.
+    denied: bool,
+    /// Attaches failed in a row.
+    failures: u32,
+}
+
 /// What the sampling thread and the tick share.
 struct Sampler {
     procfs: PathBuf,
@@ -99,9 +109,8 @@ struct Sampler {
     /// Per process, the thread that drives its GPU where it is not the main one.
     followed: HashMap<u32, u32>,
     watched: HashMap<u32, Watched>,
-    /// Processes not to try again before the given time, whether access was refused, and how
-    /// many attaches have failed.
-    passed_over: HashMap<u32, (Instant, bool, u32)>,
+    /// Processes whose attach failed, until they are tried again.
+    passed_over: HashMap<u32, PassedOver>,
     /// Source text of (file as the process sees it, line), through `/proc/<pid>/root`.
     lines: HashMap<(String, i32), Option<String>>,
     /// The CUDA probes' view of which threads are inside a driver wait, when they run.
@@ -208,7 +217,7 @@ impl Sampler {
                 if self
                     .passed_over
                     .get(&pid)
-                    .is_some_and(|(until, ..)| now < *until)
+                    .is_some_and(|passed| now < passed.until)
                 {
                     continue;
                 }
@@ -219,9 +228,13 @@ impl Sampler {
                         self.watched.insert(pid, Watched { spy, samples });
                     }
                     Err(denied) => {
-                        let failures = self.passed_over.get(&pid).map_or(0, |p| p.2) + 1;
-                        let until = now + retry_after(failures);
-                        self.passed_over.insert(pid, (until, denied, failures));
+                        let failures = self.passed_over.get(&pid).map_or(0, |p| p.failures) + 1;
+                        let passed = PassedOver {
+                            until: now + retry_after(failures),
+                            denied,
+                            failures,
+                        };
+                        self.passed_over.insert(pid, passed);
                         continue;
                     }
                 }
@@ -451,7 +464,7 @@ impl Source for StacksSource {
         let refused = sampler
             .passed_over
             .values()
-            .filter(|(_, denied, _)| *denied)
+            .filter(|passed| passed.denied)
             .count();
         let recent = Instant::now()
             .checked_sub(RECENT)

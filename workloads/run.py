@@ -351,7 +351,9 @@ def run_one(name, module, args, extra=(), hogs=None, gpus=None, family=None, ran
             stop(workload)
     finally:
         stop(exporter)
-    if workload.returncode not in (0, -signal.SIGTERM):
+    # Stopped as asked: by the signal, or by a handler that cleans up and exits 128 + its number
+    # (netpath.on_exit) as a shell reports a death by signal.
+    if workload.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
         print(f"  {name}: workload exited {workload.returncode}; see {workload_log.name}", file=sys.stderr)
     print(f"  {name}: logs and the verdicts of every second in {work}", file=sys.stderr)
     rows = []

@@ -1,10 +1,10 @@
-//! Attaching and detaching the probes, off the sampler's thread. The kernel makes both wait
-//! for its uprobe bookkeeping: detaching a BPF program waits out an RCU tasks-trace grace
-//! period (twice per probe), and attaching waits on the same tracing lock meanwhile. On a
-//! loaded node those grace periods run to seconds, on this project's 2-CPU VM with two ranks
-//! spinning on its CPUs to a minute and more (2026-12-07: an attach waited 28 s behind a
-//! detach); done on the tick, that held up every source, the GPUs read "not answering" and
-//! /metrics went stale. A thread of its own does it in order, and the tick takes what is done.
+//! Attaching and detaching the probes, off the sampler's thread. Detaching a BPF program waits
+//! out an RCU tasks-trace grace period (twice per probe: the program's and the uprobe's), and
+//! an attach made meanwhile waits behind it. On a loaded node those grace periods run to
+//! seconds; on this project's 2-CPU VM, stalled under two ranks spinning on its CPUs, to a
+//! minute (2026-12-07: an attach waited 28 s behind a detach). Done on the tick, that held up
+//! every source, the GPUs read "not answering" and /metrics went stale. A thread of its own
+//! does both, in order, and the tick takes what is done.
 
 use std::collections::HashSet;
 use std::io;

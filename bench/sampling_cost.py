@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sampling cost on a crowded GPU node, next to the peers, same run.
 
-Usage: bench/sampling_cost.py EXPORTER_BINARY [--extra 2000] [--seconds 60] [--shapes training,idle]
+Usage: bench/sampling_cost.py EXPORTER_BINARY [--extra 2000] [--seconds 60] [--shapes training,idle] [--no-caps]
 
 Starts --extra idle `sleep` processes (the rest of the node) and, per shape, eight GPU
 processes on eight fake GPUs (the workspace's fake NVML library):
@@ -17,7 +17,9 @@ the probes too (`+probes`, the default with the stacks: the training ranks map t
 driver and call it, 1,000 launches and 10 syncs a second each; needs CAP_BPF and CAP_PERFMON),
 with the defaults at a 2 s tick (`sample_interval: 2s`: the stacks and the probes keep their
 own rates), and with the culprit pass over every process on every 5 s as well (`+culprits`:
-by default it runs only while a GPU scores data_io, data_cpu or contention). It then runs once
+by default it runs only while a GPU scores data_io, data_cpu or contention); with --no-caps,
+the stacks-and-probes configuration once more as uid 0 without capabilities (both refused,
+reported unsupported: what a DaemonSet that grants none pays). It then runs once
 more for --seconds, scraped every second, to report the per-source duration of every tick
 (kept out of the CPU figure: every scrape of a new snapshot renders the page).
 
@@ -53,6 +55,10 @@ VARIANTS = (
     (" +stacks +probes, 2 s tick", "true", "true", "false", "2s"),
     (" +stacks +probes +culprits", "true", "true", "true", "1s"),
 )
+
+
+# uid 0 with every capability dropped, as a DaemonSet that grants none runs (util-linux setpriv).
+NO_CAPS = ["setpriv", "--reuid=0", "--regid=0", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 def series(page):
@@ -173,6 +179,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--shapes", default="training,idle")
     parser.add_argument("--only-exporter", action="store_true", help="skip the peers")
+    parser.add_argument("--no-caps", action="store_true", help="also run the stacks-and-probes configuration as uid 0 without capabilities (needs root and setpriv)")
     parser.add_argument("--variants", default="", help="this exporter's configurations to run, by position in VARIANTS (0,2): all by default")
     args = parser.parse_args()
     exporter = os.path.abspath(args.exporter)
@@ -201,6 +208,10 @@ def main():
                         f.write(f"sample_interval: {tick}\nsources:\n  gpu:\n    nvml_library: {library}\n  stacks:\n    enabled: {stacks}\n"
                                 f"  cuda:\n    enabled: {cuda}\n  culprits:\n    always: {culprits}\n")
                     targets.append(("gpu-bottleneck-exporter" + variant, lambda port, config=config: [exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
+                    if args.no_caps and stacks == cuda == "true" and culprits == "false" and tick == "1s":
+                        # The same configuration as uid 0 with every capability dropped: the
+                        # stacks and the probes refused (reported unsupported), the rest as is.
+                        targets.append(("gpu-bottleneck-exporter" + variant + ", no caps", lambda port, config=config: [*NO_CAPS, exporter, "--config", config, "--listen", f"127.0.0.1:{port}"], {}, "/metrics"))
                 if not args.only_exporter:
                     targets += peers(work, library)
                 threads = threads_in_trees(ranks)
@@ -227,13 +238,13 @@ def main():
             p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"{'GPU processes':<34}{'target':<26}{'CPU % of a core':>16}{'peak RSS MiB':>14}{'page KiB':>10}{'series':>8}")
+    print(f"{'GPU processes':<38}{'target':<50}{'CPU % of a core':>16}{'peak RSS MiB':>14}{'page KiB':>10}{'series':>8}")
     for r in rows:
         shape = f"{r['shape']} ({r['threads']} threads, {r['processes']} procs)"
         if "error" in r:
-            print(f"{shape:<34}{r['name']:<26}{r['error']:>16}")
+            print(f"{shape:<38}{r['name']:<50}{r['error']:>16}")
             continue
-        print(f"{shape:<34}{r['name']:<26}{r['cpu']:>16.2f}{r['rss']:>14.1f}{r['bytes'] / 1024:>10.1f}{r['series']:>8}")
+        print(f"{shape:<38}{r['name']:<50}{r['cpu']:>16.2f}{r['rss']:>14.1f}{r['bytes'] / 1024:>10.1f}{r['series']:>8}")
     # Where this exporter's CPU goes, by thread name (threads that end every tick, such as
     # the per-GPU NVML readers, are in "the rest").
     for r in rows:

@@ -80,8 +80,8 @@ fn add_words(path: &std::path::Path, words: u64) -> std::io::Result<()> {
         + words;
     // A new file renamed over the old: a reader that does not take the lock (the exporter,
     // which opens the file afresh each tick) finds the old number or the new one, never an
-    // empty file, which sysfs never shows. (Truncated and written again in place, it read
-    // empty one reading in three; written over in place, see docs/development.md on the
+    // empty file, which sysfs never shows. (Truncated and rewritten, it was read empty in
+    // about one reading in three; on writing over it in place, docs/development.md, the
     // slow-link check's stalls.)
     let next = path.with_extension("next");
     std::fs::write(&next, format!("{now}\n"))?;

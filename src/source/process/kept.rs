@@ -1,7 +1,7 @@
 //! The per-tick /proc files of the GPU processes and their workers, kept open between ticks.
 //!
-//! A tick reads three or four small files of every loader worker (stat, io, schedstat, the
-//! blocking system call of one asleep) and five of every rank (stat, io, schedstat, its main
+//! A tick reads three small files of every loader worker (stat, io, schedstat; the blocking
+//! system call of a few asleep, in turn) and five of every rank (stat, io, schedstat, its main
 //! thread's stat, its busiest other thread's schedstat); `status` files, read every few
 //! seconds, are opened each time. Opening one costs a path walk and a permission
 //! check, closing it a release: together more than the read itself (measured on the
@@ -9,31 +9,32 @@
 //! regenerates a /proc file on every read from offset 0, so each is opened once and read
 //! with one `pread` per tick. A kept descriptor stays bound to the task it was opened for:
 //! once that task exits it answers ESRCH (gone) and is dropped, so a reused pid is never read
-//! through an old descriptor. Files not read on a tick are closed at its end. Below anything
+//! through an old descriptor. Files not read for ten ticks are closed. Below anything
 //! but a proc filesystem (the tests' fixture trees, whose files are replaced between ticks)
 //! each read opens the file anew.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::{classify, ReadError};
+use crate::source::read_from_start;
 
 /// Most descriptors kept open: a node's worth of ranks and workers, well under the default
 /// limit of 1,024 open files; past it a file is opened and closed on each read.
 const MAX_KEPT: usize = 600;
 
-/// Large enough for any per-task file read here (status is the largest, under 2 KiB).
-const BUFFER: usize = 4096;
+/// Sweeps a file stays open unread: a sleeping worker's wait is read one tick in a few
+/// (`ProcessSource::asleep`), and reopening it each time would cost what keeping it saves.
+const UNREAD_SWEEPS: u32 = 10;
 
 /// /proc files kept open between ticks.
 pub(crate) struct KeptFiles {
     /// Whether files are kept at all (only below a proc filesystem).
     keep: bool,
-    /// Each open file, and whether it was read on this tick.
-    files: HashMap<PathBuf, (File, bool)>,
+    /// Each open file, and the sweeps since it was last read.
+    files: HashMap<PathBuf, (File, u32)>,
 }
 
 impl KeptFiles {
@@ -51,8 +52,8 @@ impl KeptFiles {
 
     /// The file's whole text, read from offset 0 of its kept descriptor.
     pub(crate) fn read(&mut self, path: &Path) -> Result<String, ReadError> {
-        if let Some((file, read)) = self.files.get_mut(path) {
-            *read = true;
+        if let Some((file, unread)) = self.files.get_mut(path) {
+            *unread = 0;
             let text = read_whole(path, file);
             // A task that exited answers ESRCH for good: its descriptor goes.
             if matches!(text, Err(ReadError::Gone)) {
@@ -63,32 +64,24 @@ impl KeptFiles {
         let file = File::open(path).map_err(|e| classify(path, &e))?;
         let text = read_whole(path, &file);
         if self.keep && text.is_ok() && self.files.len() < MAX_KEPT {
-            self.files.insert(path.to_path_buf(), (file, true));
+            self.files.insert(path.to_path_buf(), (file, 0));
         }
         text
     }
 
-    /// Closes the files not read since the last sweep; call once per tick.
+    /// Closes the files not read for [`UNREAD_SWEEPS`] sweeps; call once per tick.
     pub(crate) fn sweep(&mut self) {
-        self.files.retain(|_, (_, read)| std::mem::take(read));
+        self.files.retain(|_, (_, unread)| {
+            *unread += 1;
+            *unread <= UNREAD_SWEEPS
+        });
     }
 }
 
 /// A file's whole text from offset 0, in one `pread` where it fits the first buffer.
 pub(super) fn read_whole(path: &Path, file: &File) -> Result<String, ReadError> {
-    let mut text = vec![0; BUFFER];
-    let mut length = 0;
-    loop {
-        length += file
-            .read_at(&mut text[length..], length as u64)
-            .map_err(|e| classify(path, &e))?;
-        if length < text.len() {
-            break;
-        }
-        text.resize(2 * text.len(), 0);
-    }
-    text.truncate(length);
-    String::from_utf8(text).map_err(|_| ReadError::Other(format!("{}: not UTF-8", path.display())))
+    let bytes = read_from_start(file).map_err(|e| classify(path, &e))?;
+    String::from_utf8(bytes).map_err(|_| ReadError::Other(format!("{}: not UTF-8", path.display())))
 }
 
 /// Whether `root` is a proc filesystem, whose files the kernel writes anew on every read.
@@ -105,6 +98,7 @@ fn is_procfs(root: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn a_kept_file_is_read_anew_and_closed_when_no_longer_read() {
@@ -122,7 +116,15 @@ mod tests {
             .write_all_at(b"1 (a) R", 0)
             .unwrap();
         assert_eq!(kept.read(&path).ok().as_deref(), Some("1 (a) R"));
-        kept.sweep();
+        // Kept through UNREAD_SWEEPS sweeps unread, closed at the next; a read starts over.
+        for _ in 0..UNREAD_SWEEPS {
+            kept.sweep();
+        }
+        assert_eq!(kept.files.len(), 1);
+        assert!(kept.read(&path).is_ok());
+        for _ in 0..UNREAD_SWEEPS {
+            kept.sweep();
+        }
         assert_eq!(kept.files.len(), 1);
         kept.sweep();
         assert!(kept.files.is_empty());
@@ -131,7 +133,7 @@ mod tests {
             Err(ReadError::Gone)
         ));
         // A file longer than the buffer is read whole.
-        let long = "x".repeat(3 * BUFFER + 5);
+        let long = "x".repeat(3 * 4096 + 5);
         std::fs::write(&path, &long).unwrap();
         assert_eq!(kept.read(&path).ok().map(|t| t.len()), Some(long.len()));
         std::fs::remove_dir_all(&dir).unwrap();

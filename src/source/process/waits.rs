@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::kept::KeptFiles;
 use super::{read, ReadError};
-use crate::snapshot::WaitTarget;
+use crate::snapshot::{AsleepWorkers, WaitTarget};
 use crate::source::network::mounts::parse_mountinfo;
 
 /// The signal `gpu_exporter_signal_supported` reports for the workers' waits.
@@ -23,6 +23,12 @@ pub const WORKER_WAITS_SIGNAL: &str = "worker_waits";
 
 /// How long a worker's network and FUSE mount points are kept before being read again.
 const MOUNTS_KEPT: Duration = Duration::from_secs(30);
+
+/// Sleeping workers of one GPU process whose wait (system call, descriptors) is read on a
+/// tick. A worker polling its queue costs three or four system calls to read, a node's
+/// ranks carry dozens of workers, and the analysis wants the share of them waiting on input
+/// over its window, not every worker every second: the window counts each in turn.
+const ASLEEP_READ_PER_TICK: usize = 2;
 
 /// Most descriptors of one `poll` looked at.
 const MAX_POLLED: u64 = 64;
@@ -155,9 +161,42 @@ impl WaitReader {
         self.mounts.retain(|pid, _| live(*pid));
     }
 
+    /// What a few of the `sleeping` workers wait on this tick (a different few each second,
+    /// in turn); `None` when refused.
+    pub(crate) fn asleep(
+        &mut self,
+        sleeping: &[u32],
+        now: Duration,
+        kept: &mut KeptFiles,
+    ) -> Option<AsleepWorkers> {
+        let mut asleep = AsleepWorkers::default();
+        let read = sleeping.len().min(ASLEEP_READ_PER_TICK);
+        let first = (now.as_secs() as usize * read)
+            .checked_rem(sleeping.len())
+            .unwrap_or(0);
+        for &worker in sleeping.iter().cycle().skip(first).take(read) {
+            match self.target(worker, now, kept) {
+                Ok(Some(target)) => {
+                    asleep.sampled += 1;
+                    match target {
+                        WaitTarget::Remote => asleep.remote += 1,
+                        WaitTarget::LocalFile => asleep.local_file += 1,
+                        WaitTarget::Idle => {}
+                    }
+                }
+                Ok(None) | Err(ReadError::Gone) => {}
+                Err(ReadError::Denied) => return None,
+                Err(ReadError::Other(e)) => {
+                    tracing::debug!(error = %e, "a worker's wait could not be read");
+                }
+            }
+        }
+        Some(asleep)
+    }
+
     /// What the sleeping worker `pid` waits on: `Ok(None)` when it is not in a system call
     /// (it woke up, or exited), `Err` when its files are refused.
-    pub(crate) fn target(
+    fn target(
         &mut self,
         pid: u32,
         now: Duration,
@@ -282,5 +321,53 @@ mod tests {
         assert_eq!(polled_fds(&bytes), vec![4, 9]);
         let fdinfo = "pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t1057\ntfd:        7 events:       19 data:                7  pos:0 ino:2a4c sdev:8\ntfd:       12 events:       19 data:                c  pos:0 ino:2a4d sdev:8\n";
         assert_eq!(epoll_fds(fdinfo), vec![7, 12]);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn sleeping_workers_are_read_a_few_a_tick_in_turn() {
+        let root = std::env::temp_dir().join(format!("waits-{}", std::process::id()));
+        // Five workers asleep in read(5): worker 13's descriptor is a socket, the others' a pipe.
+        for pid in 11..=15 {
+            let dir = root.join(pid.to_string());
+            std::fs::create_dir_all(dir.join("fd")).unwrap();
+            std::fs::write(
+                dir.join("syscall"),
+                "0 0x5 0x7ffd0000 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00\n",
+            )
+            .unwrap();
+            let link = if pid == 13 {
+                "socket:[4242]"
+            } else {
+                "pipe:[77]"
+            };
+            std::os::unix::fs::symlink(link, dir.join("fd/5")).unwrap();
+        }
+        let mut kept = KeptFiles::new(&root);
+        let mut reader = WaitReader::new(root.clone());
+        let sleeping: Vec<u32> = (11..=15).collect();
+        let ticks: Vec<AsleepWorkers> = (0..5)
+            .map(|s| {
+                reader
+                    .asleep(&sleeping, Duration::from_secs(100 + s), &mut kept)
+                    .unwrap()
+            })
+            .collect();
+        // Two a tick; over five ticks each worker twice, so the socket's twice in ten.
+        assert!(ticks.iter().all(|t| t.sampled == 2));
+        assert_eq!(ticks.iter().map(|t| t.remote).sum::<u32>(), 2);
+        // One asleep: read every tick.
+        let one = reader
+            .asleep(&[13], Duration::from_secs(7), &mut kept)
+            .unwrap();
+        assert_eq!((one.sampled, one.remote), (1, 1));
+        assert_eq!(
+            reader
+                .asleep(&[], Duration::from_secs(7), &mut kept)
+                .unwrap()
+                .sampled,
+            0
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

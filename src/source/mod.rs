@@ -92,13 +92,22 @@ impl HostRoots {
 
 /// The whole of an open /proc or /sys file, in `pread`s from its start: such a file reports
 /// no size, so `read_to_string`'s size query and its small first reads (seven calls for a
-/// 2 KiB `net/dev`) are system calls for nothing, at dozens of files a tick.
+/// 2 KiB `net/dev`) are system calls for nothing, at dozens of files a tick. A file that
+/// cannot seek (a pipe standing in for one) is read through.
 pub(crate) fn read_from_start(file: &std::fs::File) -> io::Result<Vec<u8>> {
+    use std::io::Read;
     use std::os::unix::fs::FileExt;
     let mut bytes = vec![0; 4096];
     let mut length = 0;
     loop {
-        length += file.read_at(&mut bytes[length..], length as u64)?;
+        length += match file.read_at(&mut bytes[length..], length as u64) {
+            Err(e) if e.raw_os_error() == Some(libc::ESPIPE) => {
+                bytes.truncate(length);
+                (&*file).read_to_end(&mut bytes)?;
+                return Ok(bytes);
+            }
+            read => read?,
+        };
         if length < bytes.len() {
             bytes.truncate(length);
             return Ok(bytes);

@@ -25,9 +25,9 @@ pub const WORKER_WAITS_SIGNAL: &str = "worker_waits";
 const MOUNTS_KEPT: Duration = Duration::from_secs(30);
 
 /// Sleeping workers of one GPU process whose wait (system call, descriptors) is read on a
-/// tick. A worker polling its queue costs three or four system calls to read, a node's
-/// ranks carry dozens of workers, and the analysis wants the share of them waiting on input
-/// over its window, not every worker every second: the window counts each in turn.
+/// tick; the others count as last read. A worker polling its queue costs three or four system
+/// calls to read and a node's ranks carry dozens of workers, while a worker's wait changes
+/// with what its loader does, over seconds.
 const ASLEEP_READ_PER_TICK: usize = 2;
 
 /// Most descriptors of one `poll` looked at.
@@ -145,6 +145,9 @@ pub fn epoll_fds(fdinfo: &str) -> Vec<i32> {
 pub(crate) struct WaitReader {
     procfs: PathBuf,
     mounts: HashMap<u32, (Duration, Vec<String>)>,
+    /// Each worker's wait as last read, and when (`None`: not in a system call then): a few
+    /// are read a tick.
+    last: HashMap<u32, (Duration, Option<WaitTarget>)>,
 }
 
 impl WaitReader {
@@ -153,42 +156,48 @@ impl WaitReader {
         WaitReader {
             procfs,
             mounts: HashMap::new(),
+            last: HashMap::new(),
         }
     }
 
-    /// Forgets the mounts of workers not in `live`.
+    /// Forgets the mounts and waits of workers not in `live`.
     pub(crate) fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.mounts.retain(|pid, _| live(*pid));
+        self.last.retain(|pid, _| live(*pid));
     }
 
-    /// What a few of the `sleeping` workers wait on this tick (a different few each second,
-    /// in turn); `None` when refused.
+    /// What the `sleeping` workers wait on, each as last read: a few are read a tick, those
+    /// never read first, then those read longest ago. `None` when refused.
     pub(crate) fn asleep(
         &mut self,
         sleeping: &[u32],
         now: Duration,
         kept: &mut KeptFiles,
     ) -> Option<AsleepWorkers> {
-        let mut asleep = AsleepWorkers::default();
-        let read = sleeping.len().min(ASLEEP_READ_PER_TICK);
-        let first = (now.as_secs() as usize * read)
-            .checked_rem(sleeping.len())
-            .unwrap_or(0);
-        for &worker in sleeping.iter().cycle().skip(first).take(read) {
+        let mut due = sleeping.to_vec();
+        due.sort_by_key(|pid| self.last.get(pid).map(|(at, _)| *at));
+        for &worker in due.iter().take(ASLEEP_READ_PER_TICK) {
             match self.target(worker, now, kept) {
-                Ok(Some(target)) => {
-                    asleep.sampled += 1;
-                    match target {
-                        WaitTarget::Remote => asleep.remote += 1,
-                        WaitTarget::LocalFile => asleep.local_file += 1,
-                        WaitTarget::Idle => {}
-                    }
+                Ok(target) => {
+                    self.last.insert(worker, (now, target));
                 }
-                Ok(None) | Err(ReadError::Gone) => {}
+                Err(ReadError::Gone) => {
+                    self.last.remove(&worker);
+                }
                 Err(ReadError::Denied) => return None,
                 Err(ReadError::Other(e)) => {
                     tracing::debug!(error = %e, "a worker's wait could not be read");
                 }
+            }
+        }
+        let mut asleep = AsleepWorkers::default();
+        for (_, target) in sleeping.iter().filter_map(|pid| self.last.get(pid)) {
+            let Some(target) = target else { continue };
+            asleep.sampled += 1;
+            match target {
+                WaitTarget::Remote => asleep.remote += 1,
+                WaitTarget::LocalFile => asleep.local_file += 1,
+                WaitTarget::Idle => {}
             }
         }
         Some(asleep)
@@ -325,17 +334,19 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn sleeping_workers_are_read_a_few_a_tick_in_turn() {
+    fn sleeping_workers_are_read_a_few_a_tick_the_rest_as_last_read() {
         let root = std::env::temp_dir().join(format!("waits-{}", std::process::id()));
-        // Five workers asleep in read(5): worker 13's descriptor is a socket, the others' a pipe.
-        for pid in 11..=15 {
+        // Five workers asleep in read(5): worker 13's descriptor is a socket, the others' a
+        // pipe; worker 16 is running (outside any system call).
+        for pid in 11..=16 {
             let dir = root.join(pid.to_string());
             std::fs::create_dir_all(dir.join("fd")).unwrap();
-            std::fs::write(
-                dir.join("syscall"),
-                "0 0x5 0x7ffd0000 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00\n",
-            )
-            .unwrap();
+            let call = if pid == 16 {
+                "running\n"
+            } else {
+                "0 0x5 0x7ffd0000 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00\n"
+            };
+            std::fs::write(dir.join("syscall"), call).unwrap();
             let link = if pid == 13 {
                 "socket:[4242]"
             } else {
@@ -345,25 +356,37 @@ mod tests {
         }
         let mut kept = KeptFiles::new(&root);
         let mut reader = WaitReader::new(root.clone());
-        let sleeping: Vec<u32> = (11..=15).collect();
-        let ticks: Vec<AsleepWorkers> = (0..5)
-            .map(|s| {
-                reader
-                    .asleep(&sleeping, Duration::from_secs(100 + s), &mut kept)
-                    .unwrap()
-            })
-            .collect();
-        // Two a tick; over five ticks each worker twice, so the socket's twice in ten.
-        assert!(ticks.iter().all(|t| t.sampled == 2));
-        assert_eq!(ticks.iter().map(|t| t.remote).sum::<u32>(), 2);
-        // One asleep: read every tick.
-        let one = reader
-            .asleep(&[13], Duration::from_secs(7), &mut kept)
-            .unwrap();
-        assert_eq!((one.sampled, one.remote), (1, 1));
+        let sleeping: Vec<u32> = (11..=16).collect();
+        let mut tick = |s: u64| {
+            let asleep = reader
+                .asleep(&sleeping, Duration::from_secs(s), &mut kept)
+                .unwrap();
+            let read_now = reader
+                .last
+                .values()
+                .filter(|(at, _)| at.as_secs() == s)
+                .count();
+            (asleep.sampled, asleep.remote, read_now)
+        };
+        // Two read a tick, the rest as last read: all five asleep counted from the third.
+        assert_eq!(tick(1).0, 2);
+        assert_eq!(tick(2).0, 4);
+        for s in 3..8 {
+            let (sampled, remote, read_now) = tick(s);
+            assert_eq!((sampled, remote), (5, 1), "tick {s}");
+            assert!(read_now <= 2, "tick {s}: {read_now} read");
+        }
+        reader.retain(|pid| pid != 13);
         assert_eq!(
             reader
-                .asleep(&[], Duration::from_secs(7), &mut kept)
+                .asleep(&[13], Duration::from_secs(9), &mut kept)
+                .unwrap()
+                .remote,
+            1
+        );
+        assert_eq!(
+            reader
+                .asleep(&[], Duration::from_secs(9), &mut kept)
                 .unwrap()
                 .sampled,
             0

@@ -1,7 +1,7 @@
 //! The per-tick /proc files of the GPU processes and their workers, kept open between ticks.
 //!
-//! A tick reads three small files of every loader worker (stat, io, schedstat; the blocking
-//! system call of a few asleep, in turn) and five of every rank (stat, io, schedstat, its main
+//! A tick reads three or four small files of every loader worker (stat, io, schedstat, the
+//! blocking system call of one asleep) and five of every rank (stat, io, schedstat, its main
 //! thread's stat, its busiest other thread's schedstat); `status` files, read every few
 //! seconds, are opened each time. Opening one costs a path walk and a permission
 //! check, closing it a release: together more than the read itself (measured on the
@@ -9,7 +9,7 @@
 //! regenerates a /proc file on every read from offset 0, so each is opened once and read
 //! with one `pread` per tick. A kept descriptor stays bound to the task it was opened for:
 //! once that task exits it answers ESRCH (gone) and is dropped, so a reused pid is never read
-//! through an old descriptor. Files not read for ten ticks are closed. Below anything
+//! through an old descriptor. Files not read on a tick are closed at its end. Below anything
 //! but a proc filesystem (the tests' fixture trees, whose files are replaced between ticks)
 //! each read opens the file anew.
 
@@ -25,16 +25,12 @@ use crate::source::read_from_start;
 /// limit of 1,024 open files; past it a file is opened and closed on each read.
 const MAX_KEPT: usize = 600;
 
-/// Sweeps a file stays open unread: a sleeping worker's wait is read one tick in a few
-/// (`ProcessSource::asleep`), and reopening it each time would cost what keeping it saves.
-const UNREAD_SWEEPS: u32 = 10;
-
 /// /proc files kept open between ticks.
 pub(crate) struct KeptFiles {
     /// Whether files are kept at all (only below a proc filesystem).
     keep: bool,
-    /// Each open file, and the sweeps since it was last read.
-    files: HashMap<PathBuf, (File, u32)>,
+    /// Each open file, and whether it was read on this tick.
+    files: HashMap<PathBuf, (File, bool)>,
 }
 
 impl KeptFiles {
@@ -52,8 +48,8 @@ impl KeptFiles {
 
     /// The file's whole text, read from offset 0 of its kept descriptor.
     pub(crate) fn read(&mut self, path: &Path) -> Result<String, ReadError> {
-        if let Some((file, unread)) = self.files.get_mut(path) {
-            *unread = 0;
+        if let Some((file, read)) = self.files.get_mut(path) {
+            *read = true;
             let text = read_whole(path, file);
             // A task that exited answers ESRCH for good: its descriptor goes.
             if matches!(text, Err(ReadError::Gone)) {
@@ -64,17 +60,14 @@ impl KeptFiles {
         let file = File::open(path).map_err(|e| classify(path, &e))?;
         let text = read_whole(path, &file);
         if self.keep && text.is_ok() && self.files.len() < MAX_KEPT {
-            self.files.insert(path.to_path_buf(), (file, 0));
+            self.files.insert(path.to_path_buf(), (file, true));
         }
         text
     }
 
-    /// Closes the files not read for [`UNREAD_SWEEPS`] sweeps; call once per tick.
+    /// Closes the files not read since the last sweep; call once per tick.
     pub(crate) fn sweep(&mut self) {
-        self.files.retain(|_, (_, unread)| {
-            *unread += 1;
-            *unread <= UNREAD_SWEEPS
-        });
+        self.files.retain(|_, (_, read)| std::mem::take(read));
     }
 }
 
@@ -116,15 +109,7 @@ mod tests {
             .write_all_at(b"1 (a) R", 0)
             .unwrap();
         assert_eq!(kept.read(&path).ok().as_deref(), Some("1 (a) R"));
-        // Kept through UNREAD_SWEEPS sweeps unread, closed at the next; a read starts over.
-        for _ in 0..UNREAD_SWEEPS {
-            kept.sweep();
-        }
-        assert_eq!(kept.files.len(), 1);
-        assert!(kept.read(&path).is_ok());
-        for _ in 0..UNREAD_SWEEPS {
-            kept.sweep();
-        }
+        kept.sweep();
         assert_eq!(kept.files.len(), 1);
         kept.sweep();
         assert!(kept.files.is_empty());

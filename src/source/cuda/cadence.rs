@@ -63,12 +63,23 @@ pub struct Call {
 pub enum Role {
     /// Hands the GPU work without waiting: a collective, a graph launch.
     Work,
-    /// Enters a driver wait: a sync, or a copy (`upload`: to the device, which is work too).
-    Wait { upload: bool },
+    /// Enters a driver wait: a copy to the device (work too), one to the host, or a sync.
+    Wait(Waiting),
     /// Returns from the thread's wait.
     Returned,
     /// Neither.
     Other,
+}
+
+/// What a driver wait waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// A copy to the device (a batch's upload).
+    Upload,
+    /// A copy to the host (`.item()`, `.cpu()`).
+    Download,
+    /// A stream, context or event sync.
+    Sync,
 }
 
 /// Where a loop's step shows: a kind of call (whether it comes once a step, its probe) and
@@ -174,7 +185,7 @@ fn times_by_kind(calls: &[Call]) -> BTreeMap<(bool, u32), Vec<u64>> {
             }
             _ => sizes.push(1),
         }
-        if matches!(call.role, Role::Wait { .. }) {
+        if matches!(call.role, Role::Wait(_)) {
             uploading.insert(call.tid, (call.kind, call.ns));
         }
     }
@@ -441,13 +452,13 @@ pub(super) mod tests {
                 let mut ns = 1_000 * MS + period * 140 * MS;
                 for _step in 0..4 {
                     for _tensor in 0..2 {
-                        c.push(at(ns, UPLOAD, Role::Wait { upload: true }));
+                        c.push(at(ns, UPLOAD, Role::Wait(Waiting::Upload)));
                         c.push(at(ns + copy_ns, UPLOAD, Role::Returned));
                         ns += copy_ns + 10_000;
                     }
                     ns += 100_000;
                 }
-                c.push(at(ns, 30, Role::Wait { upload: false }));
+                c.push(at(ns, 30, Role::Wait(Waiting::Sync)));
                 c.push(at(
                     1_000 * MS + (period + 1) * 140 * MS - MS,
                     30,

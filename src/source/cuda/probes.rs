@@ -1,7 +1,7 @@
 //! The entry points the source probes, and what each one counts: the CUDA driver's, and
 //! NCCL's collectives (libnccl.so*, which PyTorch maps beside the driver).
 
-use super::cadence::Role;
+use super::cadence::{Role, Waiting};
 use crate::snapshot::{Collective, CudaWait};
 
 /// What a probed entry point counts.
@@ -143,9 +143,11 @@ pub fn role(probe: u32) -> Role {
         return Role::Returned;
     }
     match PROBES.get(probe as usize) {
-        Some(p) if p.wait.is_some() => Role::Wait {
-            upload: p.counted == Some(Counted::ToDevice),
-        },
+        Some(p) if p.wait.is_some() => Role::Wait(match p.counted {
+            Some(Counted::ToDevice) => Waiting::Upload,
+            Some(Counted::ToHost) => Waiting::Download,
+            _ => Waiting::Sync,
+        }),
         Some(p)
             if matches!(
                 p.counted,
@@ -178,14 +180,14 @@ mod tests {
     #[test]
     fn each_marked_call_has_its_role_for_the_queue() {
         let upload = number("cuMemcpyHtoDAsync_v2");
-        assert_eq!(role(upload), Role::Wait { upload: true });
+        assert_eq!(role(upload), Role::Wait(Waiting::Upload));
         assert_eq!(
             role(number("cuMemcpyDtoH_v2")),
-            Role::Wait { upload: false }
+            Role::Wait(Waiting::Download)
         );
         assert_eq!(
             role(number("cuStreamSynchronize")),
-            Role::Wait { upload: false }
+            Role::Wait(Waiting::Sync)
         );
         assert_eq!(role(number("ncclAllReduce")), Role::Work);
         assert_eq!(role(number("cuGraphLaunch")), Role::Work);

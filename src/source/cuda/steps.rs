@@ -108,7 +108,7 @@ impl Steps {
 #[cfg(test)]
 mod tests {
     use super::super::cadence::tests::{calls, MS, UPLOAD};
-    use super::super::cadence::Role;
+    use super::super::cadence::{Role, Waiting};
     use super::*;
 
     #[test]
@@ -168,16 +168,16 @@ mod tests {
         let mut steps = Steps::default();
         let mut ns = 1_000 * MS;
         for step in 0..200u64 {
-            steps.add(7, call_at(ns, UPLOAD, Role::Wait { upload: true }));
+            steps.add(7, call_at(ns, UPLOAD, Role::Wait(Waiting::Upload)));
             if step % 10 == 9 {
-                steps.add(7, call_at(ns + MS, 30, Role::Wait { upload: false }));
+                steps.add(7, call_at(ns + MS, 30, Role::Wait(Waiting::Sync)));
                 steps.add(7, call_at(ns + 800 * MS, 30, Role::Returned));
                 ns += 800 * MS;
             }
             ns += 30 * MS;
         }
         // Read half a second into the next sync's wait: the mean step, not the wait so far.
-        steps.add(7, call_at(ns, 30, Role::Wait { upload: false }));
+        steps.add(7, call_at(ns, 30, Role::Wait(Waiting::Sync)));
         let waiting = steps.step(7, ns + 500 * MS).unwrap();
         assert!((waiting.seconds - 0.107).abs() < 0.005, "{waiting:?}");
         // Quiet for longer than the loop ever is: the step in progress.
@@ -188,7 +188,7 @@ mod tests {
     /// Adds `count` batches' uploads, `step_ms` apart, from `ns` on.
     fn uploads(steps: &mut Steps, ns: &mut u64, count: usize, step_ms: u64) {
         for _ in 0..count {
-            steps.add(7, call_at(*ns, UPLOAD, Role::Wait { upload: true }));
+            steps.add(7, call_at(*ns, UPLOAD, Role::Wait(Waiting::Upload)));
             *ns += step_ms * MS;
         }
     }

@@ -150,7 +150,7 @@ fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
 /// (not over the whole stacks window: a cause that starts mid-window shows in the ticks after
 /// it), and from the window what one tick cannot tell (the busy gaps between ranks, the
 /// collectives' cap, a pipeline's bubble, what sleeping workers wait on: a tick sees a few
-/// at most). How long the GPU spun for its peers is compared over the last few ticks
+/// at most; how the workers' switches split, read every few seconds). How long the GPU spun for its peers is compared over the last few ticks
 /// instead (`SPIN_TICKS`, set by the caller).
 pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigures {
     let mut tick = WindowFigures::over(&[now]);
@@ -158,6 +158,8 @@ pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigur
     tick.collective_busy_cap = window.collective_busy_cap;
     tick.pipeline_bubble = window.pipeline_bubble;
     tick.workers_asleep = window.workers_asleep;
+    tick.workers_voluntary_switches = window.workers_voluntary_switches;
+    tick.workers_voluntary_rate = window.workers_voluntary_rate;
     if let Some(stacks) = tick
         .stacks
         .as_mut()

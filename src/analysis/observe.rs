@@ -158,6 +158,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 workers_cpu: context.and_then(|c| c.workers.cpu_cores),
                 workers_system_cpu: context.and_then(|c| c.workers.system_cpu_cores),
                 workers_voluntary_switches: context.and_then(|c| c.workers.voluntary_switch_share),
+                workers_voluntary_rate: context
+                    .and_then(|c| c.workers.voluntary_switches_per_second),
                 workers_disk_wait: context.map(|c| c.workers.disk_wait),
                 workers_blkio: context.and_then(|c| c.workers.blkio_delay_ratio),
                 workers_asleep: context.and_then(|c| c.workers.asleep),

@@ -200,6 +200,8 @@ figures! {
         /// Share of the workers' context switches that were voluntary (blocking, not
         /// preempted).
         workers_voluntary_switches: Option<f64> => mean -> Option<f64>,
+        /// Voluntary context switches a second of one worker.
+        workers_voluntary_rate: Option<f64> => mean -> Option<f64>,
         /// Workers in uninterruptible (I/O) wait.
         workers_disk_wait: Option<u32> => mean_count -> Option<f64>,
         /// Number of workers waiting for block I/O (delay accounting).

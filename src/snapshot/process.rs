@@ -113,6 +113,9 @@ pub struct WorkerSummary {
     /// for I/O or a queue) rather than preemptions while computing: how their waits for a CPU
     /// split between the two.
     pub voluntary_switch_share: Option<f64>,
+    /// Voluntary context switches a second of one worker over the last interval (the mean
+    /// over those read): how many sleeps and blocks their time off a CPU came in.
+    pub voluntary_switches_per_second: Option<f64>,
     /// CPU share of one core of the busiest worker over the last interval.
     pub max_cpu_ratio: Option<f64>,
     /// Workers running or runnable (R).

@@ -74,10 +74,20 @@ pub(super) fn split_loader(
     } else {
         0.5
     });
-    // Voluntary switches come from every sleep: where the sleep was seen, only its input part
-    // is a read's.
+    // Voluntary switches come from every sleep and block: where the sleep was seen, those of
+    // the sleeps not on input are not a read's. Those sleeps are few and long (one ends when
+    // the loop hands the worker its next batch), reads many and short (a block a read): of
+    // the switches a second, the sleeps not on input take at most their time over the
+    // shortest such sleep; without the rate, the switches split as the time off a CPU does.
     let after_blocking = match seen_asleep {
-        Some(_) if sleeping > 0.0 => after_blocking * asleep_on_input / sleeping,
+        Some(_) if sleeping > 0.0 => {
+            let not_input = sleeping - asleep_on_input;
+            let input_switches = match w.workers_voluntary_rate {
+                Some(rate) if rate > 0.0 => 1.0 - (not_input / QUEUE_SLEEP_MIN_S / rate).min(1.0),
+                _ => (blocked + asleep_on_input) / (blocked + sleeping),
+            };
+            after_blocking * input_switches
+        }
         _ => after_blocking,
     };
     let reasons = Reason::LoaderWait {
@@ -118,6 +128,10 @@ pub(super) fn split_loader(
 
 /// Fewest sleeping workers whose waits were read over the window for them to decide.
 const MIN_ASLEEP_SEEN: u32 = 3;
+
+/// The shortest a worker's sleep on the loader's own queues lasts, in seconds: it waits for
+/// the loop to take a batch (a step, milliseconds at least on any GPU loop).
+const QUEUE_SLEEP_MIN_S: f64 = 0.001;
 
 /// The share of the workers' time below which they are all idle.
 const MIN_ACTIVE: f64 = 0.05;

@@ -382,6 +382,8 @@ impl DemoSource {
                     0.0
                 }),
                 voluntary_switch_share: Some(if disk_wait > 0 { 0.9 } else { 0.3 }),
+                // A read a block blocks; a decoder sleeps once a batch.
+                voluntary_switches_per_second: Some(if disk_wait > 0 { 2000.0 } else { 5.0 }),
                 max_cpu_ratio: Some(if workers > 0 { worker_max } else { 0.0 }),
                 running: if workers > 0 {
                     8 - disk_wait.min(8) - 2

@@ -398,6 +398,8 @@ impl ProcessSource {
         let (mut cpu, mut max_cpu, mut blkio, mut read_rate) = (0.0, None::<f64>, 0.0, None::<f64>);
         let mut system = 0.0;
         let (mut voluntary, mut involuntary) = (0u64, 0u64);
+        // Voluntary switches a second of the workers whose status was read again this tick.
+        let (mut voluntary_rate, mut rated) = (0.0, 0u32);
         let mut waiting = Some(0.0);
         let mut all_have_rates = true;
         for &worker in descendants {
@@ -428,9 +430,14 @@ impl ProcessSource {
                 _ => {
                     let read = read(&self.proc_path(worker, "status")).ok();
                     let switches = read.as_deref().and_then(procfs::parse_switches);
-                    if let (Some((v, i)), Some((v0, i0, _))) = (switches, last) {
+                    if let (Some((v, i)), Some((v0, i0, at))) = (switches, last) {
                         voluntary += v.saturating_sub(v0);
                         involuntary += i.saturating_sub(i0);
+                        let seconds = now.saturating_sub(at).as_secs_f64();
+                        if seconds > 0.0 {
+                            voluntary_rate += v.saturating_sub(v0) as f64 / seconds;
+                            rated += 1;
+                        }
                     }
                     switches.map(|(v, i)| (v, i, now))
                 }
@@ -469,6 +476,8 @@ impl ProcessSource {
             summary.system_cpu_cores = Some(system.min(cpu));
             summary.voluntary_switch_share = (voluntary + involuntary > 0)
                 .then(|| voluntary as f64 / (voluntary + involuntary) as f64);
+            summary.voluntary_switches_per_second =
+                (rated > 0).then(|| voluntary_rate / f64::from(rated));
             summary.max_cpu_ratio = Some(max_cpu.unwrap_or(0.0).min(1.0));
             summary.blkio_delay_ratio = delay_accounting.then_some(blkio);
             summary.cpu_wait_ratio = waiting;

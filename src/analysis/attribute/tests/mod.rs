@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::analysis::{InputSource, Kind};
-use crate::snapshot::PerActivity;
+use crate::snapshot::{AsleepWorkers, PerActivity};
 
 mod waits_for_a_cpu;
 
@@ -257,6 +257,57 @@ fn a_loader_wait_goes_to_what_the_workers_did() {
         ..waiting
     });
     assert!(lost.share(Cause::Kind(Kind::Contention)) < 0.05, "{lost:?}");
+}
+
+#[test]
+fn waits_for_a_cpu_after_many_short_reads_are_reading_after_a_few_sleeps_are_not() {
+    // Four workers on two CPUs, each computing 40 % (8 % in the kernel), waiting for a CPU
+    // 45 % of the time, blocked 8 % and asleep 7 %, their sleeps seen on their own queues:
+    // 85 % of their switches voluntary.
+    let slow_storage = WindowFigures {
+        busy: Some(0.4),
+        stacks: stacks([0.95, 0.05, 0.0, 0.0, 0.0]),
+        workers: Some(4.0),
+        workers_cpu: Some(1.6),
+        workers_system_cpu: Some(0.32),
+        cpu_wait: Some(1.8),
+        workers_blkio: Some(0.32),
+        workers_voluntary_switches: Some(0.85),
+        workers_asleep: Some(AsleepWorkers {
+            sampled: 20,
+            remote: 0,
+            local_file: 0,
+        }),
+        disk_util: Some(0.6),
+        ..WindowFigures::default()
+    };
+    // 2,500 switches a second a worker, the sleeps at most 70 of them: the waits follow
+    // reads, which outweigh the decoding.
+    let lost = split(WindowFigures {
+        workers_voluntary_rate: Some(2500.0),
+        ..slow_storage.clone()
+    });
+    let (io, cpu) = (
+        lost.share(Cause::Kind(Kind::DataIo)),
+        lost.share(Cause::Kind(Kind::DataCpu)),
+    );
+    assert!(io > 1.3 * cpu, "{lost:?}");
+    assert_eq!(lost.input, Some(InputSource::LocalStorage));
+    // Five switches a second: every one may be a sleep on the queues, none a read's; the
+    // waits are decoding's.
+    let lost = split(WindowFigures {
+        workers_voluntary_rate: Some(5.0),
+        ..slow_storage.clone()
+    });
+    let few = lost.share(Cause::Kind(Kind::DataIo));
+    assert!(
+        few < 0.5 * io && few < lost.share(Cause::Kind(Kind::DataCpu)),
+        "{lost:?}"
+    );
+    // Without the rate, the switches split as the time off a CPU: in between.
+    let lost = split(slow_storage);
+    let between = lost.share(Cause::Kind(Kind::DataIo));
+    assert!(few < between && between < io, "{few} {between} {io}");
 }
 
 #[test]

@@ -16,8 +16,10 @@ use gpu_bottleneck_exporter::source::network::{
 };
 use gpu_bottleneck_exporter::source::{HostRoots, Source};
 
-/// GPU 0 runs pid 4242 (in a pod's namespace), GPU 1 runs 4343 (host networking) and 5555,
-/// which exited before its namespace could be read.
+/// GPU 0 runs pid 4242 (in a pod's namespace) and 4244 (the same pod's second rank, whose
+/// namespace link alone the fixture has), GPU 1 runs 4343 (host networking), 5555, which
+/// exited before its namespace could be read, and 4545 (host networking, its namespace link
+/// pid 1's, no `net/dev` of its own in the fixture).
 fn node() -> Snapshot {
     let device = |index: u32, pids: &[u32]| GpuDevice {
         index,
@@ -38,7 +40,7 @@ fn node() -> Snapshot {
     Snapshot {
         gpu: Some(GpuSnapshot {
             nvml_up: true,
-            devices: vec![device(0, &[4242]), device(1, &[4343, 5555])],
+            devices: vec![device(0, &[4242, 4244]), device(1, &[4343, 5555, 4545])],
             ..GpuSnapshot::default()
         }),
         ..Snapshot::default()
@@ -102,6 +104,13 @@ fn each_gpu_process_gets_its_namespace_traffic() {
     assert!(by_pid(4343).unwrap().host_network, "told by the counters");
     assert_eq!(by_pid(4343).unwrap().mounts, None, "no mountinfo to read");
     assert!(by_pid(5555).is_none(), "an exited process has no namespace");
+    // A namespace is read once a tick: the pod's second rank gets the first one's reading,
+    // a process in the node's namespace the node's physical interfaces.
+    let second = by_pid(4244).expect("read through its pod's namespace");
+    assert_eq!((second.host_network, second.rates), (false, pod.rates));
+    let host = by_pid(4545).expect("read through the node's namespace");
+    assert!(host.host_network);
+    assert_eq!(host.rates, by_pid(4343).unwrap().rates);
     let f = common::check_goldens("network-processes", &common::render_pinned(&snapshot));
     let series = |metric: &str, pid: &str, direction: Option<&str>| {
         let mut labels = vec![("pid", pid)];

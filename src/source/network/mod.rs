@@ -10,7 +10,7 @@ pub mod mounts;
 pub mod nic;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{elapsed_since, HostRoots, Previous, Source, SourceError};
@@ -75,26 +75,51 @@ impl NetworkSource {
         }
     }
 
-    /// Whether `pid` shares the node's network namespace: by the namespace links where they
-    /// can be read (they need ptrace access), else by the interfaces it sees being the node's
-    /// with the same counters (read a moment apart: within 1 %).
-    fn in_node_namespace(
+    /// The network namespace of `<procfs>/<pid>` (its `ns/net` link); `None` where it cannot
+    /// be read (it needs ptrace access).
+    fn namespace_of(&self, pid: &str) -> Option<PathBuf> {
+        std::fs::read_link(self.roots.procfs.join(pid).join("ns/net")).ok()
+    }
+
+    /// The interfaces `pid` sees and whether they are the node's namespace (then only the
+    /// physical ones are kept, as the node's `net/dev` read them): by the namespace links
+    /// where they can be read (`own`, pid 1's), else by the
+    /// interfaces it sees being the node's with the same counters (read a moment apart:
+    /// within 1 %). `None` where its `net/dev` cannot be read (it exited).
+    fn interfaces_of(
         &self,
         pid: u32,
-        seen: &[InterfaceCounters],
+        (own, node_namespace): (Option<&PathBuf>, Option<&PathBuf>),
         node: &[InterfaceCounters],
-    ) -> bool {
-        let link = |p: &str| std::fs::read_link(self.roots.procfs.join(p).join("ns/net")).ok();
-        if let (Some(own), Some(node)) = (link(&pid.to_string()), link("1")) {
-            return own == node;
+        physical: &[&str],
+    ) -> Option<(bool, Vec<InterfaceCounters>)> {
+        let physical_only = |seen: &mut Vec<InterfaceCounters>| {
+            seen.retain(|i| physical.contains(&i.name.as_str()));
+        };
+        if own.is_some() && own == node_namespace {
+            // The node's namespace, whose `net/dev` was read already.
+            let mut seen = node.to_vec();
+            physical_only(&mut seen);
+            return Some((true, seen));
         }
+        let text = self.roots.read_proc(&format!("{pid}/net/dev")).ok()?;
+        let mut seen = nic::parse_net_dev(&text).ok()?;
         let close = |a: u64, b: u64| a.abs_diff(b) as f64 <= 0.01 * a.max(b) as f64 + 4096.0;
-        seen.len() == node.len()
-            && seen.iter().zip(node).all(|(a, b)| {
-                a.name == b.name
-                    && close(a.receive_bytes, b.receive_bytes)
-                    && close(a.transmit_bytes, b.transmit_bytes)
-            })
+        let host_network = match (own, node_namespace) {
+            (Some(own), Some(node)) => own == node,
+            _ => {
+                seen.len() == node.len()
+                    && seen.iter().zip(node).all(|(a, b)| {
+                        a.name == b.name
+                            && close(a.receive_bytes, b.receive_bytes)
+                            && close(a.transmit_bytes, b.transmit_bytes)
+                    })
+            }
+        };
+        if host_network {
+            physical_only(&mut seen);
+        }
+        Some((host_network, seen))
     }
 
     /// The mounts `pid` sees; `None` where its mountinfo is unreadable.
@@ -125,17 +150,20 @@ impl NetworkSource {
         let mut previous = std::mem::take(&mut self.previous_processes);
         let mut kept_mounts = std::mem::take(&mut self.process_mounts);
         let mut networks = Vec::new();
+        // The ranks of a pod share its namespace: its `net/dev` is read once a tick.
+        let node_namespace = self.namespace_of("1");
+        let mut read: HashMap<PathBuf, (bool, Vec<InterfaceCounters>)> = HashMap::new();
         for pid in pids {
+            let own = self.namespace_of(&pid.to_string());
+            let known = own.as_ref().and_then(|n| read.get(n)).cloned();
             // A process that exited since the GPU source listed it has no namespace to read.
-            let Ok(text) = self.roots.read_proc(&format!("{pid}/net/dev")) else {
+            let Some((host_network, seen)) = known.or_else(|| {
+                self.interfaces_of(pid, (own.as_ref(), node_namespace.as_ref()), node, physical)
+            }) else {
                 continue;
             };
-            let Ok(mut seen) = nic::parse_net_dev(&text) else {
-                continue;
-            };
-            let host_network = self.in_node_namespace(pid, &seen, node);
-            if host_network {
-                seen.retain(|i| physical.contains(&i.name.as_str()));
+            if let Some(own) = own {
+                read.entry(own).or_insert_with(|| (host_network, seen.clone()));
             }
             let bytes = nic::namespace_bytes(&seen);
             let interface = seen

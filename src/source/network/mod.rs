@@ -163,7 +163,8 @@ impl NetworkSource {
                 continue;
             };
             if let Some(own) = own {
-                read.entry(own).or_insert_with(|| (host_network, seen.clone()));
+                read.entry(own)
+                    .or_insert_with(|| (host_network, seen.clone()));
             }
             let bytes = nic::namespace_bytes(&seen);
             let interface = seen

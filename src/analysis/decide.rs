@@ -150,8 +150,9 @@ fn strongest(kinds: &[KindVerdict], t: &Thresholds) -> Option<Kind> {
 /// (not over the whole stacks window: a cause that starts mid-window shows in the ticks after
 /// it), and from the window what one tick cannot tell (the busy gaps between ranks, the
 /// collectives' cap, a pipeline's bubble, what sleeping workers wait on: a tick sees a few
-/// at most; how the workers' switches split, read every few seconds). How long the GPU spun for its peers is compared over the last few ticks
-/// instead (`SPIN_TICKS`, set by the caller).
+/// at most; how the workers' switches split, read every few seconds). How long the GPU spun
+/// for its peers is compared over the last few ticks instead (`SPIN_TICKS`, set by the
+/// caller).
 pub fn tick_figures(now: &GpuObservation, window: &WindowFigures) -> WindowFigures {
     let mut tick = WindowFigures::over(&[now]);
     tick.job_gap = window.job_gap;

@@ -83,9 +83,9 @@ impl NetworkSource {
 
     /// The interfaces `pid` sees and whether they are the node's namespace (then only the
     /// physical ones are kept, as the node's `net/dev` read them): by the namespace links
-    /// where they can be read (`own`, pid 1's), else by the
-    /// interfaces it sees being the node's with the same counters (read a moment apart:
-    /// within 1 %). `None` where its `net/dev` cannot be read (it exited).
+    /// where they can be read (`own`, pid 1's), else by the interfaces it sees being the
+    /// node's with the same counters (read a moment apart: within 1 %). `None` where its
+    /// `net/dev` cannot be read (it exited).
     fn interfaces_of(
         &self,
         pid: u32,

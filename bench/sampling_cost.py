@@ -136,7 +136,7 @@ def measure(name, command, env, path, seconds, durations_only=False):
         page = wait_for(url)
         if page is None:
             return {"name": name, "error": "did not answer"}
-        time.sleep(5)  # first discovery, warm-up
+        time.sleep(15)  # warm-up: the first discoveries walk every thread of each rank (10 s)
         durations = {}
         cpu_before, wall_before = cpu_seconds(process.pid), time.monotonic()
         threads_before = cpu_seconds_by_thread(process.pid)

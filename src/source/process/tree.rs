@@ -5,15 +5,20 @@
 //! child forked by a thread other than the leader appears only in that thread's file. A
 //! training rank carries 100-200 threads, so reading every thread's file on every discovery
 //! cost more than the rest of a tick. Workers are forked by the thread that iterates the
-//! DataLoader (the main thread) and torchrun starts its ranks from its main thread, so a
-//! discovery reads the leader thread's file of each process in the tree, and only every
-//! [`FULL_WALK_EVERY`]th discovery reads every thread's file. Descendants a full walk found
-//! under other threads are kept between full walks while their parent is still in the tree.
-//! Between discoveries each tick reads the leader thread's file of the GPU process alone, and
-//! rediscovers at once where it changed: a DataLoader without persistent workers replaces them
-//! every epoch (and an evaluation loader starts its own at each evaluation), which a
-//! discovery every few seconds would see seconds late, or not at all where an epoch is shorter.
-//! Kernels without `children` files fall back to one /proc pass per discovery.
+//! DataLoader: the main thread as a rule, but the training function's thread where it runs
+//! on one of its own (Ray Train), or a prefetch thread iterating the loader ahead of the
+//! loop. So a full walk (every thread's file) finds which threads of the GPU process fork
+//! (its *forking threads*), and a discovery in between reads the leader thread's file of each
+//! process in the tree and the forking threads' files of the GPU process. Full walks are the
+//! first [`EARLY_FULL_WALKS`] discoveries of a GPU process (a job starts its loaders in its
+//! first seconds, after its CUDA context made it a GPU process) and every
+//! [`FULL_WALK_EVERY`]th after. Descendants a full walk found under other threads are kept
+//! between full walks while their parent is still in the tree. Between discoveries each tick
+//! reads the leader's and the forking threads' files of the GPU process alone, and
+//! rediscovers at once where they changed: a DataLoader without persistent workers replaces
+//! them every epoch (and an evaluation loader starts its own at each evaluation), which a
+//! discovery every few seconds would see seconds late, or not at all where an epoch is
+//! shorter. Kernels without `children` files fall back to one /proc pass per discovery.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -24,6 +29,9 @@ use super::{numeric_entries, procfs, read, read_stat, ReadError};
 
 /// Every this many discoveries, every thread's `children` file is read, not only the leader's.
 pub const FULL_WALK_EVERY: u32 = 6;
+/// A GPU process's first this many discoveries are full walks (its first 10 s at the default
+/// 5 s `discovery_interval`).
+pub const EARLY_FULL_WALKS: u32 = 3;
 
 /// The processes below a GPU process, as last discovered.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -39,10 +47,23 @@ struct Tree {
     starttime: u64,
     descendants: Descendants,
     discovered_at: Duration,
-    /// The children the leader thread of the GPU process had then (`None`: unreadable).
-    leader_children: Option<Vec<u32>>,
+    /// The children the leader thread and the forking threads of the GPU process had then
+    /// (`None`: the leader's file is unreadable).
+    watched_children: Option<Vec<u32>>,
+    /// Threads of the GPU process other than the leader that a full walk found with children.
+    forking: Vec<u32>,
     /// Discoveries since the last walk over every thread.
     since_full_walk: u32,
+    /// Discoveries of this process so far.
+    discoveries: u32,
+}
+
+/// Which `children` files a walk reads.
+enum Walk<'a> {
+    /// Every thread's, noting the GPU process's threads other than the leader that forked.
+    Full(&'a mut Vec<u32>),
+    /// The leader thread's of each process, and those of the GPU process's forking threads.
+    Leaders(&'a [u32]),
 }
 
 /// The descendants of each GPU process, rediscovered every `discovery_interval`.
@@ -72,23 +93,29 @@ impl TreeFinder {
 
     /// The descendants of `pid` (started at `starttime`), rediscovered when due.
     pub fn descendants(&mut self, pid: u32, starttime: u64, now: Duration) -> Descendants {
-        let same_process = |tree: &&Tree| tree.starttime == starttime;
-        let leader_children = self.leader_children(pid);
-        if let Some(tree) = self.trees.get(&pid).filter(same_process) {
-            let due = now.saturating_sub(tree.discovered_at) >= self.discovery_interval;
-            if !due && tree.leader_children == leader_children {
-                return tree.descendants.clone();
-            }
-        }
-        let known = self.trees.remove(&pid).filter(|tree| same_process(&tree));
-        let full = known
+        let mut known = self.trees.remove(&pid).filter(|t| t.starttime == starttime);
+        let mut forking = known
             .as_ref()
-            .is_none_or(|tree| tree.since_full_walk + 1 >= FULL_WALK_EVERY);
+            .map(|t| t.forking.clone())
+            .unwrap_or_default();
+        let watched_children = self.watched_children(pid, &mut forking);
+        let interval = self.discovery_interval;
+        if let Some(tree) = known.take_if(|tree| {
+            now.saturating_sub(tree.discovered_at) < interval
+                && tree.watched_children == watched_children
+        }) {
+            let descendants = tree.descendants.clone();
+            self.trees.insert(pid, Tree { forking, ..tree });
+            return descendants;
+        }
+        let full = known.as_ref().is_none_or(|tree| {
+            tree.discoveries < EARLY_FULL_WALKS || tree.since_full_walk + 1 >= FULL_WALK_EVERY
+        });
         let all = match self.children_files {
             Some(false) => self.by_scan(pid),
-            _ if full => self.by_children(pid, true),
+            _ if full => self.by_children(pid, &mut Walk::Full(&mut forking)),
             _ => {
-                let mut found = self.by_children(pid, false);
+                let mut found = self.by_children(pid, &mut Walk::Leaders(&forking));
                 self.keep_known(
                     pid,
                     &mut found,
@@ -101,28 +128,48 @@ impl TreeFinder {
             loaders: self.loaders(pid, &all),
             all,
         };
+        // A full walk may have found new forking threads: their children as of now.
+        let watched_children = if full {
+            self.watched_children(pid, &mut forking)
+        } else {
+            watched_children
+        };
         self.trees.insert(
             pid,
             Tree {
                 starttime,
                 descendants: descendants.clone(),
                 discovered_at: now,
-                leader_children,
+                watched_children,
+                forking,
                 since_full_walk: if full {
                     0
                 } else {
-                    known.map_or(0, |t| t.since_full_walk + 1)
+                    known.as_ref().map_or(0, |t| t.since_full_walk + 1)
                 },
+                discoveries: known.map_or(0, |t| t.discoveries) + 1,
             },
         );
         descendants
     }
 
-    /// The children the leader thread of `pid` forked, as the kernel lists them (in order of
-    /// creation); `None` where the file cannot be read.
-    fn leader_children(&self, pid: u32) -> Option<Vec<u32>> {
-        let text = read(&self.procfs.join(format!("{pid}/task/{pid}/children"))).ok()?;
-        procfs::parse_children(&text).ok()
+    /// The children the leader thread of `pid` and its `forking` threads forked, as the kernel
+    /// lists them (in order of creation, the leader's first); `None` where the leader's file
+    /// cannot be read. A forking thread that exited is dropped from `forking`.
+    fn watched_children(&self, pid: u32, forking: &mut Vec<u32>) -> Option<Vec<u32>> {
+        let children_of = |tid: u32| {
+            let text = read(&self.procfs.join(format!("{pid}/task/{tid}/children"))).ok()?;
+            procfs::parse_children(&text).ok()
+        };
+        let mut all = children_of(pid)?;
+        forking.retain(|&tid| match children_of(tid) {
+            Some(children) => {
+                all.extend(children);
+                true
+            }
+            None => false,
+        });
+        Some(all)
     }
 
     /// The loader workers among `all` (descendants of `root`), from their names, parents,
@@ -181,23 +228,31 @@ impl TreeFinder {
         }
     }
 
-    /// Walks the tree through the `children` files: every thread's when `all_threads`, else
-    /// the leader thread's of each process. Only the tree is visited.
-    fn by_children(&mut self, root: u32, all_threads: bool) -> Vec<u32> {
+    /// Walks the tree through the `children` files (see [`Walk`]). Only the tree is visited.
+    fn by_children(&mut self, root: u32, walk: &mut Walk) -> Vec<u32> {
         let mut found = Vec::new();
         let mut seen = BTreeSet::from([root]);
         let mut queue = VecDeque::from([root]);
         while let Some(pid) = queue.pop_front() {
-            let threads = if all_threads {
-                numeric_entries(&self.procfs.join(format!("{pid}/task")))
-            } else {
-                vec![pid]
+            let threads = match walk {
+                Walk::Full(_) => numeric_entries(&self.procfs.join(format!("{pid}/task"))),
+                Walk::Leaders(forking) if pid == root => std::iter::once(pid)
+                    .chain(forking.iter().copied())
+                    .collect(),
+                Walk::Leaders(_) => vec![pid],
             };
             for tid in threads {
                 match read(&self.procfs.join(format!("{pid}/task/{tid}/children"))) {
                     Ok(text) => {
                         self.children_files = Some(true);
-                        for child in procfs::parse_children(&text).unwrap_or_default() {
+                        let children = procfs::parse_children(&text).unwrap_or_default();
+                        if let Walk::Full(forking) = walk {
+                            let forked = pid == root && tid != root && !children.is_empty();
+                            if forked && !forking.contains(&tid) {
+                                forking.push(tid);
+                            }
+                        }
+                        for child in children {
                             if seen.insert(child) {
                                 found.push(child);
                                 queue.push_back(child);
@@ -246,27 +301,18 @@ impl TreeFinder {
 mod tests {
     use super::*;
 
-    /// A /proc with a rank (100, threads 100 and 101), a worker 200 forked by the leader and
-    /// a worker 300 forked by thread 101; `third_parent` is 300's parent pid.
-    fn write_proc(root: &Path, third_parent: u32) {
+    /// A process's `stat` line with its parent and a start time of 100.
+    fn stat(pid: u32, ppid: u32) -> String {
         // Fields 3 to 42 of proc(5): state, ppid, ..., utime 1, stime 1, threads 1, start 100.
-        let stat = |pid: u32, ppid: u32| {
-            let mut fields = vec!["0"; 40];
-            fields[0] = "S";
-            let ppid = ppid.to_string();
-            fields[1] = &ppid;
-            (fields[11], fields[12], fields[17], fields[19]) = ("1", "1", "1", "100");
-            format!("{pid} (python3) {}\n", fields.join(" "))
-        };
-        let files = [
-            ("100/stat", stat(100, 1)),
-            ("100/task/100/children", "200 ".to_string()),
-            ("100/task/101/children", "300 ".to_string()),
-            ("200/stat", stat(200, 100)),
-            ("200/task/200/children", String::new()),
-            ("300/stat", stat(300, third_parent)),
-            ("300/task/300/children", String::new()),
-        ];
+        let mut fields = vec!["0"; 40];
+        fields[0] = "S";
+        let ppid = ppid.to_string();
+        fields[1] = &ppid;
+        (fields[11], fields[12], fields[17], fields[19]) = ("1", "1", "1", "100");
+        format!("{pid} (python3) {}\n", fields.join(" "))
+    }
+
+    fn write(root: &Path, files: &[(&str, String)]) {
         for (path, text) in files {
             let path = root.join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -274,39 +320,62 @@ mod tests {
         }
     }
 
+    /// A process `pid` forked by `ppid`, without children.
+    fn process(root: &Path, pid: u32, ppid: u32) {
+        write(
+            root,
+            &[
+                (&format!("{pid}/stat"), stat(pid, ppid)),
+                (&format!("{pid}/task/{pid}/children"), String::new()),
+            ],
+        );
+    }
+
+    /// A rank 100 (threads 100 and 101) whose leader forked worker 200, and whose worker's
+    /// thread 201 forked 300 (a worker's own helper); `third_parent` is 300's parent.
+    fn write_proc(root: &Path, third_parent: u32) {
+        write(
+            root,
+            &[
+                ("100/stat", stat(100, 1)),
+                ("100/task/100/children", "200 ".to_string()),
+                ("100/task/101/children", String::new()),
+                ("200/task/201/children", "300 ".to_string()),
+            ],
+        );
+        process(root, 200, 100);
+        process(root, 300, third_parent);
+    }
+
     #[test]
-    fn leader_walks_between_full_walks_keep_workers_of_other_threads() {
+    fn leader_walks_between_full_walks_keep_what_other_threads_forked() {
         let root = std::env::temp_dir().join(format!("gbe-tree-{}", std::process::id()));
-        write_proc(&root, 100);
+        write_proc(&root, 200);
         let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
         let at = |n: u64| Duration::from_secs(5 * n);
-        // First discovery: every thread's file.
-        assert_eq!(finder.descendants(100, 100, at(0)).all, vec![200, 300]);
-        // Within the interval: the same answer, nothing read.
-        assert_eq!(
-            finder
-                .descendants(100, 100, at(0) + Duration::from_secs(1))
-                .all,
-            vec![200, 300]
-        );
-        // A leader-only walk finds 200; 300 is kept because its parent is still the rank.
-        std::fs::write(root.join("100/task/101/children"), "").unwrap();
-        assert_eq!(finder.descendants(100, 100, at(1)).all, vec![200, 300]);
+        let early = u64::from(EARLY_FULL_WALKS);
+        // The first discoveries walk every thread's file.
+        for n in 0..early {
+            assert_eq!(finder.descendants(100, 100, at(n)).all, vec![200, 300]);
+        }
+        // Within the interval: the same answer, nothing rediscovered.
+        let within = at(early - 1) + Duration::from_secs(1);
+        assert_eq!(finder.descendants(100, 100, within).all, vec![200, 300]);
+        // A leader-only walk finds 200; 300 is kept because its parent is still in the tree.
+        std::fs::write(root.join("200/task/201/children"), "").unwrap();
+        assert_eq!(finder.descendants(100, 100, at(early)).all, vec![200, 300]);
         // 300's pid reused by an unrelated process: dropped.
         write_proc(&root, 4242);
-        std::fs::write(root.join("100/task/101/children"), "").unwrap();
-        assert_eq!(finder.descendants(100, 100, at(2)).all, vec![200]);
-        // A worker forked by thread 101 after the last full walk appears at the next one.
-        write_proc(&root, 100);
-        for n in 3..FULL_WALK_EVERY as u64 {
-            assert_eq!(
-                finder.descendants(100, 100, at(n)).all,
-                vec![200],
-                "discovery {n}"
-            );
+        std::fs::write(root.join("200/task/201/children"), "").unwrap();
+        assert_eq!(finder.descendants(100, 100, at(early + 1)).all, vec![200]);
+        // A process forked by thread 201 after the last full walk appears at the next one.
+        write_proc(&root, 200);
+        let next_full = early + u64::from(FULL_WALK_EVERY) - 1;
+        for n in early + 2..next_full {
+            assert_eq!(finder.descendants(100, 100, at(n)).all, vec![200], "{n}");
         }
         assert_eq!(
-            finder.descendants(100, 100, at(FULL_WALK_EVERY as u64)).all,
+            finder.descendants(100, 100, at(next_full)).all,
             vec![200, 300]
         );
         std::fs::remove_dir_all(&root).unwrap();
@@ -315,25 +384,57 @@ mod tests {
     #[test]
     fn workers_replaced_between_discoveries_are_found_on_the_next_tick() {
         let root = std::env::temp_dir().join(format!("gbe-tree-epoch-{}", std::process::id()));
-        write_proc(&root, 100);
+        write_proc(&root, 200);
         let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
         let tick = |n: u64| Duration::from_secs(n);
         assert_eq!(finder.descendants(100, 100, tick(0)).all, vec![200, 300]);
         // The epoch ends: the leader's worker 200 exits and 400 replaces it, a second into a
         // five-second discovery interval.
         std::fs::remove_dir_all(root.join("200")).unwrap();
-        for (path, text) in [
-            ("100/task/100/children", "400 ".to_string()),
-            ("400/task/400/children", String::new()),
-        ] {
-            std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
-            std::fs::write(root.join(path), text).unwrap();
-        }
-        let stat = std::fs::read_to_string(root.join("300/stat")).unwrap();
-        std::fs::write(root.join("400/stat"), stat.replacen("300", "400", 1)).unwrap();
-        assert_eq!(finder.descendants(100, 100, tick(1)).all, vec![400, 300]);
+        std::fs::write(root.join("100/task/100/children"), "400 ").unwrap();
+        process(&root, 400, 100);
+        assert_eq!(finder.descendants(100, 100, tick(1)).all, vec![400]);
         // Unchanged since: nothing rediscovered, the same answer.
-        assert_eq!(finder.descendants(100, 100, tick(2)).all, vec![400, 300]);
+        assert_eq!(finder.descendants(100, 100, tick(2)).all, vec![400]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn workers_of_a_thread_that_iterates_the_loader_are_followed_every_tick() {
+        // The training function on a thread of its own (101) iterates a DataLoader whose
+        // workers it forks; the leader forked nothing. Long past the early full walks, an
+        // epoch ends a second after a discovery: its workers are replaced at the next tick.
+        let root = std::env::temp_dir().join(format!("gbe-tree-thread-{}", std::process::id()));
+        write(
+            &root,
+            &[
+                ("100/stat", stat(100, 1)),
+                ("100/task/100/children", String::new()),
+                ("100/task/101/children", String::new()),
+            ],
+        );
+        let mut finder = TreeFinder::new(&root, Duration::from_secs(5));
+        let at = |seconds: u64| Duration::from_secs(seconds);
+        // Its CUDA context made it a GPU process before it started its loader.
+        assert!(finder.descendants(100, 100, at(0)).all.is_empty());
+        std::fs::write(root.join("100/task/101/children"), "500 501 ").unwrap();
+        process(&root, 500, 100);
+        process(&root, 501, 100);
+        // Seen at the next discovery (a full walk, early in the process's life).
+        assert!(finder.descendants(100, 100, at(3)).all.is_empty());
+        assert_eq!(finder.descendants(100, 100, at(5)).all, vec![500, 501]);
+        for n in 2..20 {
+            assert_eq!(finder.descendants(100, 100, at(5 * n)).all, vec![500, 501]);
+        }
+        // The epoch ends at 96 s, four seconds before the next discovery is due.
+        for pid in [500, 501] {
+            std::fs::remove_dir_all(root.join(pid.to_string())).unwrap();
+        }
+        std::fs::write(root.join("100/task/101/children"), "502 503 ").unwrap();
+        process(&root, 502, 100);
+        process(&root, 503, 100);
+        assert_eq!(finder.descendants(100, 100, at(97)).all, vec![502, 503]);
+        assert_eq!(finder.descendants(100, 100, at(100)).all, vec![502, 503]);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -81,9 +81,11 @@ pub struct ProcessConfig {
     /// How often the descendants (data-loader workers) of each GPU process are rediscovered;
     /// between discoveries only the known processes are read, which keeps a tick cheap on
     /// nodes with thousands of processes. Between discoveries each tick reads which children
-    /// the GPU process's main thread has, and rediscovers at once where they changed (a
-    /// DataLoader without persistent workers replaces them every epoch); workers another
-    /// thread starts in between appear at the next discovery.
+    /// the GPU process's main thread has, and those of its threads seen forking before (a
+    /// training function on a thread of its own, a thread prefetching from the loader), and
+    /// rediscovers at once where they changed (a DataLoader without persistent workers
+    /// replaces them every epoch); workers a thread not yet seen forking starts appear within
+    /// six discoveries (every thread is read on the first three and every sixth after).
     pub discovery_interval: ConfigDuration,
     /// How often every thread of each GPU process is read, for the busiest thread's share of
     /// a core and the NUMA nodes the threads run on. Training ranks carry 100-200 threads, so

@@ -123,6 +123,8 @@ pub fn observe(snapshot: &Snapshot, at: f64) -> Vec<GpuObservation> {
                 driver_wait: main_cuda.and_then(|c| c.driver_wait()),
                 step: main_cuda.and_then(|c| c.step),
                 backlog_busy: main_cuda.and_then(|c| c.backlog_busy),
+                after_sync_within_hold: main_cuda.and_then(|c| c.after_sync.map(|a| a.within_hold)),
+                host_paused: main_cuda.and_then(|c| c.after_sync.map(|a| a.paused)),
                 launch_queue_full: main_cuda.and_then(|c| c.launch_queue_full),
                 queue_busy: main_cuda.and_then(|c| c.queue_busy),
                 job_spans_nodes: context.and_then(|c| c.world?.spans_nodes()),

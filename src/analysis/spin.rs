@@ -54,12 +54,18 @@ pub(super) fn spin_excess(members: &[usize], windows: &mut [WindowFigures]) {
         .map_or(0.0, |wait| wait.min(known[least].1).min(peers_starved));
     // Pipeline stages wait for each other by their schedule, balanced or not: the least busy
     // stage spins in the bubble too, unless its GPU idled for its own host meanwhile (its idle
-    // time beyond the busiest stage's: the peer's tensors arrived while it idled).
+    // time beyond the busiest stage's: the peer's tensors arrived while it idled). Not while
+    // its host paused between steps (a checkpoint written after its sync, as the probes timed
+    // it): the peers spun for it then, and its steps' schedule kept its bubble.
     let busiest = known.iter().map(|k| k.0).fold(0.0, f64::max);
+    let least_paused = windows[members[least]].host_paused.unwrap_or(0.0);
     let least_bubble = (!same_kernels)
         .then(|| pipeline::bubble_share(members, windows))
         .flatten()
-        .map(|b| (least_busy * b - (busiest - least_busy) - least_spun).max(0.0));
+        .map(|b| {
+            let idled_in_steps = (busiest - least_busy - least_paused).max(0.0);
+            (least_busy * b - idled_in_steps - least_spun).max(0.0)
+        });
     for (&i, (busy, empty)) in members.iter().zip(known) {
         let busy_excess = busy - least_busy + least_spun;
         let empty_excess = if same_kernels {
@@ -197,13 +203,23 @@ mod tests {
 
     /// Two pipeline stages of four microbatches (eight transfers a step): busy, SM activity.
     fn stages(figures: [(f64, Option<f64>); 2]) -> Vec<(f64, f64)> {
+        paused_stages(figures, [None, None])
+    }
+
+    /// The same, each stage's host pausing between steps as long as `paused` says.
+    fn paused_stages(
+        figures: [(f64, Option<f64>); 2],
+        paused: [Option<f64>; 2],
+    ) -> Vec<(f64, f64)> {
         let mut windows: Vec<WindowFigures> = figures
             .iter()
-            .map(|&(busy, sm)| WindowFigures {
+            .zip(paused)
+            .map(|(&(busy, sm), paused)| WindowFigures {
                 busy: Some(busy),
                 sm_activity: sm,
                 point_to_point: Some(true),
                 transfers_per_step: Some(8.0),
+                host_paused: paused,
                 ..WindowFigures::default()
             })
             .collect();
@@ -225,6 +241,12 @@ mod tests {
         assert_eq!(
             stages([(0.95, None), (0.8, None)]),
             [(0.15, 0.01), (0.0, 0.01)]
+        );
+        // Idle as long because its host paused between steps (a checkpoint written after its
+        // sync): stage 0 spun for it then, and within its steps it still spins a fifth.
+        assert_eq!(
+            paused_stages([(0.95, None), (0.8, None)], [None, Some(0.15)]),
+            [(0.15, 0.16), (0.0, 0.16)]
         );
         // With SM activity (an H100) the bubble is at most the SMs left empty beside the
         // spin seen: stage 1's kernels fill its SMs but for 5 %.

@@ -162,6 +162,9 @@ pub struct ProcessCuda {
     /// found the GPU more than a step of the loop behind (it never ran dry since that span's
     /// work began: source::cuda::backlog; `None`: no sync did).
     pub backlog_busy: Option<f64>,
+    /// How its host's time between its syncs split against how long each had held it, over
+    /// the last seconds (`None`: too few syncs).
+    pub after_sync: Option<AfterSync>,
     /// Per thread that called the driver over the last seconds, the spans in which its GPU
     /// worked through what launches nothing (source::cuda::backlog::queued_spans): what the
     /// stack sampler asks of its samples in a loader wait.
@@ -181,6 +184,20 @@ pub struct ProcessCuda {
     /// launches since the start than it holds, so it never emptied), 0 where none was held
     /// (`None`: it launched nothing in that window, which then tells nothing).
     pub queue_busy: Option<f64>,
+}
+
+/// How a GPU process's host time between its syncs split, as shares of the time read
+/// (source::cuda::after_sync).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AfterSync {
+    /// Within as long as each sync had held the host while the GPU worked: a loop without the
+    /// sync would have been that far ahead of the GPU, which would have had work queued (an
+    /// upper bound of the idle time the syncs cost).
+    pub within_hold: f64,
+    /// Beyond both each sync's hold and the loop's usual time between syncs: the host's
+    /// pauses between steps (a checkpoint written, an evaluation on the host), in which its
+    /// loop's schedule stopped.
+    pub paused: f64,
 }
 
 /// One thread's spans from a call to the next where that next one is the batch's upload and

@@ -159,6 +159,14 @@ figures! {
         /// more than a step behind (`None`: none did, or no probes): on a device that reports
         /// no busy time, a better bound than the samples in which the loop waited.
         backlog_busy: Option<f64> => mean -> Option<f64>,
+        /// Share of the time the main GPU process's host spent between its syncs within as
+        /// long as each sync had held it while the GPU worked: a loop without the syncs would
+        /// have been that far ahead of the GPU, whose queue they drained (`None`: no probes,
+        /// or too few syncs).
+        after_sync_within_hold: Option<f64> => mean -> Option<f64>,
+        /// Share of the time its host paused between steps beyond both each sync's hold and
+        /// its usual time between syncs (a checkpoint written): its loop's schedule stopped.
+        host_paused: Option<f64> => mean -> Option<f64>,
         /// Share of the time the main GPU process's loop waited in kernel launches for room in
         /// the driver's launch queue, as the launch windows timed it (`None`: no probes, or no
         /// window saw it launch): the GPU worked meanwhile, whatever line the stacks read.

@@ -57,9 +57,14 @@ pub(super) fn split_observed(
     // first what keeps the GPU fed (the other Python, launching kernels; a collective running
     // its own), evenly, then what does not (the drained Python, a loader wait, a sleep
     // elsewhere): a GPU that keeps up with the loop drains its queue in the waits that launch
-    // nothing, so its idle time falls there first.
+    // nothing, so its idle time falls there first. Where the probes timed each sync's hold and
+    // the host's time until its next wait, the drained Python is at most what lay within the
+    // holds: a checkpoint written after a sync idles the GPU as long whether or not the sync
+    // drained its queue first.
     let sync_busy = (busy - loader_busy).min(sync + queued);
-    let drained = python.min(busy.min(sync));
+    let drained = python
+        .min(busy.min(sync))
+        .min(w.after_sync_within_hold.unwrap_or(1.0));
     let left = busy - loader_busy - sync_busy;
     let fed = python - drained + collective;
     let idle_in_fed = idle_in(fed, left);

@@ -23,7 +23,8 @@
 //! microbatches (a stage's sends and receives a step tell `M`; `S` taken as two, the least
 //! any pipeline has), spinning in its receives — the least busy stage too, less the idle time
 //! its GPU had beyond the busiest stage's (its own host's lag, in which its peer's tensors
-//! arrive), at most the SMs left empty. Observed, its cost is the idle time the
+//! arrive; not its host's pauses between steps, a checkpoint written after its sync, in which
+//! its peers spin for it), at most the SMs left empty. Observed, its cost is the idle time the
 //! main thread spent in collectives, plus the busy time its GPU spun in them: at most the time
 //! its SMs sat empty (a spinning collective leaves them so) and, beside peers whose stacks are
 //! seen, at most its excess over the least busy of them.

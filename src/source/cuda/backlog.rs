@@ -18,12 +18,12 @@ use crate::snapshot::QueuedSpans;
 pub const BACKLOG_WINDOW_NS: u64 = 10_000_000_000;
 /// A copy to the device that returned sooner than this did not wait (an asynchronous one
 /// from pinned memory): work handed over, not a sync.
-const WAITED_NS: u64 = 100_000;
+pub(super) const WAITED_NS: u64 = 100_000;
 
 /// The slowest a copy to the device is taken to move (half a gigabyte a second: pageable
 /// memory over a PCIe link a few generations down; healthy ones stage at several): an upload
 /// that took longer than its bytes at this rate waited for kernels queued before it.
-const COPY_BYTES_PER_S_MIN: f64 = 0.5e9;
+pub(super) const COPY_BYTES_PER_S_MIN: f64 = 0.5e9;
 
 /// A stream or device sync entered this soon after an upload returned, on the same thread, is
 /// that upload's (`.to("cuda")` without `non_blocking`: `cudaMemcpyAsync`, then
@@ -31,7 +31,7 @@ const COPY_BYTES_PER_S_MIN: f64 = 0.5e9;
 /// microseconds). A copy to the host is never an upload's: it is the step's own sync
 /// (`.item()`), which may follow a pinned upload as soon where the step launches a few
 /// kernels, and waits for all of them.
-const SAME_CALL_NS: u64 = 200_000;
+pub(super) const SAME_CALL_NS: u64 = 200_000;
 
 /// Per thread of `calls` (oldest first), the spans in which it handed the GPU nothing while
 /// the GPU's queue held work: from a call to the next one where that one is an upload (the

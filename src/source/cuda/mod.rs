@@ -24,6 +24,7 @@
 //! only waits are timed, and in the windows the launches that waited for room in the
 //! driver's launch queue (a GPU that far behind works while its loop's line reads Python).
 
+mod after_sync;
 mod attacher;
 mod backlog;
 pub mod bpf;
@@ -46,6 +47,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::after_sync::after_sync;
 use self::attacher::{refusal, Attacher, Library, LibraryKey};
 use self::backlog::{backlog_busy, queued_spans, BACKLOG_WINDOW_NS};
 use self::bpf::{monotonic_ns, UprobePmu};
@@ -385,6 +387,7 @@ impl Source for CudaSource {
             let upload_bytes =
                 totals.bytes_to_device as f64 / totals.copies_to_device.max(1) as f64;
             process.queued_spans = queued_spans(recent, upload_bytes);
+            process.after_sync = after_sync(recent, upload_bytes);
             process.send_peers = send_peers(recent);
             process.transfers_per_step = process
                 .step

@@ -4,6 +4,7 @@ use super::*;
 use crate::analysis::{InputSource, Kind};
 use crate::snapshot::{AsleepWorkers, PerActivity};
 
+mod pauses;
 mod waits_for_a_cpu;
 
 fn stacks(shares: [f64; 5]) -> Option<ProcessStacks> {

@@ -110,20 +110,8 @@ pub fn after_sync(calls: &[Call], upload_bytes: f64) -> Option<AfterSync> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::backlog::tests::{call, MS};
     use super::*;
-
-    const MS: u64 = 1_000_000;
-
-    fn call(ns: u64, role: Role) -> Call {
-        Call {
-            ns,
-            tid: 1,
-            kind: 0,
-            once_a_step: false,
-            role,
-            peer: None,
-        }
-    }
 
     /// 30 steps: `loader` ms for the batch, its upload held `upload_ns` (a pinned one returns
     /// at once; a pageable one waits for its copy, 0.3 ms, and for whatever kernels are

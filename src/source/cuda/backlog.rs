@@ -210,12 +210,13 @@ fn spans(calls: &[Call]) -> Vec<Span> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    pub(in crate::source::cuda) const MS: u64 = 1_000_000;
 
-    fn call(ns: u64, role: Role) -> Call {
+    /// A call of thread 1 at `ns`.
+    pub(in crate::source::cuda) fn call(ns: u64, role: Role) -> Call {
         Call {
             ns,
             tid: 1,
